@@ -1,0 +1,73 @@
+// Package attest holds what every evidence variant shares: the Issuer
+// (agent side) and Validator (verifier side) contracts, the verified result
+// a validator returns, and the refusal error that carries a stable reason.
+//
+// Each variant lives in its own sub-package (attest/tpm, attest/snp) and
+// implements both halves of the same evidence format, so the code that
+// produces evidence and the code that checks it are read side by side.
+// The attested-TLS binding both halves sign over is in attest/atls.
+package attest
+
+import (
+	"context"
+	"crypto/sha256"
+
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// BindingSize is the length of the session binding every variant carries as
+// its user data (TPM qualifying data, the first half of SNP REPORT_DATA).
+const BindingSize = 32
+
+// Issuer produces evidence on the agent. One Issuer serves every attempt of
+// a boot; each attempt gets its own Attestation so per-attempt device
+// objects are released as soon as the attempt ends.
+type Issuer interface {
+	Variant() latchkeyv1.Variant
+	// Attest makes evidence whose user data is binding (BindingSize bytes).
+	Attest(ctx context.Context, binding []byte) (Attestation, error)
+	// Close releases the device.
+	Close() error
+}
+
+// Attestation is one attempt's evidence and whatever the attempt needs to
+// answer the verifier's challenges.
+type Attestation interface {
+	// Evidence is the serialized variant-specific evidence message.
+	Evidence() []byte
+	// Respond answers one Challenge payload of the verifier.
+	Respond(ctx context.Context, challenge []byte) ([]byte, error)
+	// Close releases every object the attempt created on the device.
+	Close() error
+}
+
+// RoundTrip sends a challenge payload to the agent and returns its answer.
+// The verifier service provides it over the join stream.
+type RoundTrip func(ctx context.Context, challenge []byte) ([]byte, error)
+
+// Validator checks evidence on the verifier. A Validator is built from one
+// policy snapshot and is safe for concurrent use; a policy reload builds a
+// new one.
+type Validator interface {
+	Variant() latchkeyv1.Variant
+	// Validate verifies evidence bound to binding against the policy the
+	// validator was built from, using rt for any challenge round trip. It
+	// returns only verified data; every failure is a *Refusal.
+	Validate(ctx context.Context, evidence, binding []byte, rt RoundTrip) (*Verified, error)
+}
+
+// Verified is what a validator vouches for after every check passed.
+type Verified struct {
+	Variant latchkeyv1.Variant
+	// EvidenceDigest is SHA-256 over the evidence bytes, for audit lines and
+	// token descriptions.
+	EvidenceDigest [sha256.Size]byte
+	// Identity names the attested machine for humans (EK or chip ID).
+	Identity string
+	// State is the variant's parsed, verified machine state (*tpm.State,
+	// *snp.State).
+	State any
+}
+
+// EvidenceDigest hashes evidence for Verified.EvidenceDigest.
+func EvidenceDigest(evidence []byte) [sha256.Size]byte { return sha256.Sum256(evidence) }
