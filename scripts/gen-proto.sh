@@ -19,16 +19,26 @@ out=proto
 if [[ "${1:-}" == "--check" ]]; then
   out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 fi
+mapfile -t protos < <(cd proto && find . -name '*.proto' | sed 's|^\./||' | sort)
 PATH="$bin:$PATH" protoc -I proto \
   --go_out="$out" --go_opt=paths=source_relative \
   --go-grpc_out="$out" --go-grpc_opt=paths=source_relative \
-  proto/latchkey/v1/latchkey.proto
+  "${protos[@]}"
 if [[ "${1:-}" == "--check" ]]; then
-  for f in latchkey.pb.go latchkey_grpc.pb.go; do
-    if ! diff -u "proto/latchkey/v1/$f" "$out/latchkey/v1/$f"; then
-      echo "gen-proto: proto/latchkey/v1/$f is stale; run scripts/gen-proto.sh" >&2
-      exit 1
+  stale=0
+  while IFS= read -r f; do
+    rel=${f#"$out"/}
+    if ! diff -u "proto/$rel" "$f"; then
+      echo "gen-proto: proto/$rel is stale; run scripts/gen-proto.sh" >&2
+      stale=1
     fi
-  done
+  done < <(find "$out" -name '*.go' | sort)
+  committed=$(cd proto && find . -name '*.pb.go' | wc -l)
+  generated=$(find "$out" -name '*.pb.go' | wc -l)
+  if [[ "$committed" != "$generated" ]]; then
+    echo "gen-proto: proto/ holds $committed generated files, generation makes $generated" >&2
+    stale=1
+  fi
+  [[ $stale == 0 ]] || exit 1
   echo "gen-proto: generated code is up to date"
 fi
