@@ -31,6 +31,12 @@ type Result struct {
 	// HasKubeletCredentials tells the join stage the node already joined,
 	// so a reboot does not run kubeadm join again.
 	HasKubeletCredentials bool
+	// Device is the opened (decrypted) volume, UUID the LUKS UUID and
+	// FSType its file system ("" when the stage opens nothing).
+	Device, UUID, FSType string
+	// Formatted says this run wrote the LUKS header; MadeFileSystem that
+	// it made the file system (both false on an ordinary reboot).
+	Formatted, MadeFileSystem bool
 }
 
 // Stage is the disk stage of a boot.

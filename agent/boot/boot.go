@@ -1,0 +1,152 @@
+// Package boot runs the agent's stages in order at every boot: prepare the
+// state disk (which UUID, first boot or rejoin), get a ticket, open the
+// disk with the ticket's key, and join Kubernetes unless the node already
+// holds kubelet credentials. It produces the node specified or no node at
+// all: any stage failing stops the boot with a *StageError naming it.
+package boot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/latchkey/latchkey/agent/disk"
+	"github.com/latchkey/latchkey/agent/ticket"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// Stage names, as StageError and STATUS= lines report them.
+const (
+	StageDisk   = "disk"
+	StageTicket = "ticket"
+	StageJoin   = "join"
+)
+
+// StageError is a boot that stopped in a stage.
+type StageError struct {
+	Stage string
+	Err   error
+}
+
+func (e *StageError) Error() string { return e.Stage + " stage: " + e.Err.Error() }
+func (e *StageError) Unwrap() error { return e.Err }
+
+// Tickets fetches tickets (ticket.Client).
+type Tickets interface {
+	Get(ctx context.Context, req ticket.Request) (*latchkeyv1.Ticket, error)
+}
+
+// Joiner runs kubeadm join with a ticket.
+type Joiner interface {
+	Join(ctx context.Context, nodeName string, role latchkeyv1.Role, t *latchkeyv1.Ticket) error
+}
+
+// Config wires the stages.
+type Config struct {
+	NodeName string
+	Role     latchkeyv1.Role
+	Disk     disk.Stage
+	Tickets  Tickets
+	// Joiner is nil when the node does not join Kubernetes.
+	Joiner Joiner
+	Logger *slog.Logger
+	// Status is told where the boot stands (STATUS= lines); optional.
+	Status func(string)
+}
+
+// Boot is one boot of the agent.
+type Boot struct{ cfg Config }
+
+// New checks cfg.
+func New(cfg Config) (*Boot, error) {
+	if cfg.Disk == nil || cfg.Tickets == nil {
+		return nil, errors.New("boot: disk and ticket stages are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Status == nil {
+		cfg.Status = func(string) {}
+	}
+	return &Boot{cfg: cfg}, nil
+}
+
+// Run runs every stage once.
+func (b *Boot) Run(ctx context.Context) error {
+	b.cfg.Status("inspecting state disk")
+	plan, err := b.cfg.Disk.Prepare(ctx)
+	if err != nil {
+		return &StageError{StageDisk, err}
+	}
+	b.cfg.Logger.Info("state disk inspected", "disk_uuid", plan.UUID, "rejoin", plan.Rejoin)
+	t, err := b.cfg.Tickets.Get(ctx, b.request(plan, false))
+	if err != nil {
+		return &StageError{StageTicket, err}
+	}
+	res, err := b.openDisk(ctx, plan, t)
+	if err != nil {
+		return &StageError{StageDisk, err}
+	}
+	return b.join(ctx, plan, res, t)
+}
+
+func (b *Boot) request(plan disk.Plan, wantToken bool) ticket.Request {
+	return ticket.Request{NodeName: b.cfg.NodeName, DiskUUID: plan.UUID, Role: b.cfg.Role,
+		Rejoin: plan.Rejoin, RequestToken: wantToken}
+}
+
+// openDisk hands the key to the disk stage and clears it afterwards; the
+// rest of the ticket is what the join stage needs.
+func (b *Boot) openDisk(ctx context.Context, plan disk.Plan, t *latchkeyv1.Ticket) (disk.Result, error) {
+	b.cfg.Status("unlocking state disk")
+	defer clear(t.DiskKey)
+	res, err := b.cfg.Disk.Open(ctx, plan, t.DiskKey)
+	if err != nil {
+		return res, err
+	}
+	b.cfg.Logger.Info("state disk open", "disk_uuid", plan.UUID, "key_bytes", len(t.DiskKey),
+		"mount_point", res.MountPoint, "kubelet_credentials", res.HasKubeletCredentials)
+	return res, nil
+}
+
+// join runs kubeadm join unless the node needs none. A rejoin whose disk
+// holds no kubelet credentials (a crash between disk and join on an
+// earlier boot) asks for a second ticket, this time with a token.
+func (b *Boot) join(ctx context.Context, plan disk.Plan, res disk.Result, t *latchkeyv1.Ticket) error {
+	switch {
+	case b.cfg.Joiner == nil:
+		b.cfg.Logger.Info("kubernetes join disabled; boot complete")
+		return nil
+	case res.HasKubeletCredentials:
+		b.cfg.Logger.Info("node holds kubelet credentials; skipping kubeadm join")
+		return nil
+	}
+	if t.GetToken() == "" {
+		var err error
+		if t, err = b.tokenTicket(ctx, plan); err != nil {
+			return &StageError{StageTicket, err}
+		}
+	}
+	b.cfg.Status("running kubeadm join")
+	if err := b.cfg.Joiner.Join(ctx, b.cfg.NodeName, b.cfg.Role, t); err != nil {
+		return &StageError{StageJoin, err}
+	}
+	return nil
+}
+
+func (b *Boot) tokenTicket(ctx context.Context, plan disk.Plan) (*latchkeyv1.Ticket, error) {
+	if !plan.Rejoin {
+		return nil, errors.New("the verifier issued no bootstrap token (is it in disk-only mode?)")
+	}
+	b.cfg.Logger.Info("rejoin found no kubelet credentials; asking for a bootstrap token")
+	t, err := b.cfg.Tickets.Get(ctx, b.request(plan, true))
+	if err != nil {
+		return nil, err
+	}
+	clear(t.DiskKey)
+	if t.GetToken() == "" {
+		return nil, fmt.Errorf("the verifier issued no bootstrap token for a rejoin that asked for one")
+	}
+	return t, nil
+}

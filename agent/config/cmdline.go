@@ -1,0 +1,56 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// maxCmdline bounds what is read from /proc/cmdline.
+const maxCmdline = 64 << 10
+
+// ApplyKernelCmdline overlays latchkey.verifier= and latchkey.pin= (each a
+// comma-separated list; repeated keys add up) from a kernel command line.
+func (c *Config) ApplyKernelCmdline(cmdline string) {
+	var verifiers, pins []string
+	for _, f := range strings.Fields(cmdline) {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "latchkey.verifier":
+			verifiers = append(verifiers, splitList(v)...)
+		case "latchkey.pin":
+			pins = append(pins, splitList(v)...)
+		}
+	}
+	if len(verifiers) > 0 {
+		c.Verifiers = verifiers
+	}
+	if len(pins) > 0 {
+		c.VerifierPins = pins
+	}
+}
+
+// ReadKernelCmdline reads /proc/cmdline (or path, for tests).
+func ReadKernelCmdline(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read kernel command line: %w", err)
+	}
+	if len(b) > maxCmdline {
+		b = b[:maxCmdline]
+	}
+	return string(b), nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}

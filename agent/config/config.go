@@ -1,0 +1,202 @@
+// Package config is the agent's configuration. Three sources, in rising
+// precedence:
+//
+//  1. the config file (default /etc/latchkey/agent.yaml; what an image
+//     builder bakes in),
+//  2. the kernel command line (latchkey.verifier=, latchkey.pin=; what a
+//     VM's boot configuration sets per machine),
+//  3. command-line flags (what an operator types).
+//
+// A later source replaces a list from an earlier one as a whole; it does
+// not append. The zero value of every option is the secure one: no pin
+// means no run unless insecureSkipVerifierAuth is set, and the state disk
+// is never wiped unless wipeStateDisk is set.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/latchkey/latchkey/attest/atls"
+)
+
+// DefaultPath is where the agent looks for its config file.
+const DefaultPath = "/etc/latchkey/agent.yaml"
+
+// maxFileSize bounds the config file.
+const maxFileSize = 1 << 20
+
+// Config is the agent's whole configuration.
+type Config struct {
+	// NodeName is the Kubernetes node name (default: the host name).
+	NodeName string `json:"nodeName,omitempty"`
+	// Role is "worker" (default) or "control-plane".
+	Role string `json:"role,omitempty"`
+	// Verifiers are host:port of the verifier replicas.
+	Verifiers []string `json:"verifiers,omitempty"`
+	// VerifierPins are "sha256:<hex>" SPKI pins of the verifier's serving
+	// certificate or of the CA that signs it.
+	VerifierPins []string `json:"verifierPins,omitempty"`
+	// InsecureSkipVerifierAuth accepts any verifier. Lab use only.
+	InsecureSkipVerifierAuth bool `json:"insecureSkipVerifierAuth,omitempty"`
+	// Variant is "tpm", "snp" or "auto" (default: what the machine offers).
+	Variant string    `json:"variant,omitempty"`
+	TPM     TPMConfig `json:"tpm,omitempty"`
+	Disk    Disk      `json:"disk,omitempty"`
+	Join    Join      `json:"join,omitempty"`
+	// Timeout bounds the whole ticket stage (default 10m).
+	Timeout Duration `json:"timeout,omitempty"`
+	// StatusSocket is the local admin API socket (default
+	// /run/latchkey/agent.sock; "-" disables it).
+	StatusSocket string `json:"statusSocket,omitempty"`
+}
+
+// TPMConfig selects the TPM and the PCRs to quote.
+type TPMConfig struct {
+	// Device is /dev/tpmrm0 (default) or tcp://host:port of a swtpm.
+	Device string `json:"device,omitempty"`
+	// PCRs to quote (default: the variant's default set).
+	PCRs []int `json:"pcrs,omitempty"`
+}
+
+// Disk configures the state disk.
+type Disk struct {
+	// Mode is "luks" (default: format or unlock the state disk) or
+	// "key-only" (fetch and check the key, touch no device).
+	Mode string `json:"mode,omitempty"`
+	// Device is the state disk: a path or a /dev/disk/by-* link.
+	Device string `json:"device,omitempty"`
+	// PartLabel finds the state disk by GPT partition label instead.
+	PartLabel string `json:"partLabel,omitempty"`
+	// UUID is the disk UUID in key-only mode.
+	UUID string `json:"uuid,omitempty"`
+	// MountPoint of the opened state disk.
+	MountPoint string `json:"mountPoint,omitempty"`
+	// BindMounts are directories kept on the state disk.
+	BindMounts []string `json:"bindMounts,omitempty"`
+	// FSType is ext4 (default) or xfs.
+	FSType string `json:"fsType,omitempty"`
+	// WipeStateDisk allows formatting a disk that carries data. It destroys
+	// that data; it exists for re-provisioning a node on purpose.
+	WipeStateDisk bool `json:"wipeStateDisk,omitempty"`
+	// WaitTimeout bounds the wait for the device to appear (default 60s).
+	WaitTimeout Duration `json:"waitTimeout,omitempty"`
+}
+
+// Join configures the kubeadm join stage.
+type Join struct {
+	// Disabled skips kubeadm join (disk-only machines).
+	Disabled bool `json:"disabled,omitempty"`
+	// DryRun prints the JoinConfiguration (token secret redacted) instead
+	// of running kubeadm.
+	DryRun bool `json:"dryRun,omitempty"`
+	// Kubeadm is the kubeadm binary (default: kubeadm on $PATH).
+	Kubeadm string `json:"kubeadm,omitempty"`
+	// DiscoveryTimeout for kubeadm's discovery (default 5m).
+	DiscoveryTimeout Duration `json:"discoveryTimeout,omitempty"`
+}
+
+// Duration is a time.Duration written as "30s" in YAML.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON reads "30s"-style durations.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := yaml.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: want a string like \"30s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes "30s"-style durations.
+func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String() + `"`), nil }
+
+// LoadFile reads a config file strictly (unknown fields are errors). A
+// missing file at the default path is not an error: flags and the kernel
+// command line may carry everything.
+func LoadFile(path string, explicit bool) (*Config, error) {
+	var c Config
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && !explicit {
+		return &c, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("config %s is larger than %d bytes", path, maxFileSize)
+	}
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// Validate checks the merged configuration and fills defaults.
+func (c *Config) Validate() error {
+	if err := c.defaults(); err != nil {
+		return err
+	}
+	if len(c.Verifiers) == 0 {
+		return errors.New("no verifier configured (verifiers:, latchkey.verifier= or --verifier)")
+	}
+	if _, err := atls.ParsePins(c.VerifierPins); err != nil {
+		return err
+	}
+	if len(c.VerifierPins) == 0 && !c.InsecureSkipVerifierAuth {
+		return errors.New("no verifier pin configured (verifierPins:, latchkey.pin= or --pin); --insecure-skip-verifier-auth accepts any verifier")
+	}
+	return c.validateEnums()
+}
+
+func (c *Config) defaults() error {
+	if c.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("node name: %w", err)
+		}
+		c.NodeName = h
+	}
+	setDefault(&c.Role, "worker")
+	setDefault(&c.Variant, "auto")
+	setDefault(&c.Disk.Mode, "luks")
+	setDefault(&c.StatusSocket, "/run/latchkey/agent.sock")
+	if c.Timeout.Duration == 0 {
+		c.Timeout.Duration = 10 * time.Minute
+	}
+	return nil
+}
+
+func (c *Config) validateEnums() error {
+	switch c.Role {
+	case "worker", "control-plane":
+	default:
+		return fmt.Errorf("role %q: want worker or control-plane", c.Role)
+	}
+	switch c.Variant {
+	case "tpm", "snp", "auto":
+	default:
+		return fmt.Errorf("variant %q: want tpm, snp or auto", c.Variant)
+	}
+	switch c.Disk.Mode {
+	case "luks", "key-only":
+	default:
+		return fmt.Errorf("disk mode %q: want luks or key-only", c.Disk.Mode)
+	}
+	return nil
+}
+
+func setDefault(s *string, v string) {
+	if *s == "" {
+		*s = v
+	}
+}

@@ -1,0 +1,70 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+
+func TestPrecedenceFileThenCmdline(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.yaml")
+	os.WriteFile(path, []byte("nodeName: n1\nverifiers: [file:1]\nverifierPins: [\""+pin+"\"]\ntimeout: 90s\n"), 0o600)
+	c, err := LoadFile(path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ApplyKernelCmdline("ro quiet latchkey.verifier=a:1,b:2 latchkey.verifier=c:3 root=/dev/vda")
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.Verifiers, " ") != "a:1 b:2 c:3" || c.VerifierPins[0] != pin || c.Timeout.Duration != 90*time.Second {
+		t.Fatalf("got %+v", c)
+	}
+	if c.Role != "worker" || c.Variant != "auto" || c.Disk.Mode != "luks" || c.Disk.WipeStateDisk {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
+
+func TestUnknownFieldRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.yaml")
+	os.WriteFile(path, []byte("verifier: [x]\n"), 0o600)
+	if _, err := LoadFile(path, true); err == nil || !strings.Contains(err.Error(), `unknown field "verifier"`) {
+		t.Fatalf("err = %v, want unknown field", err)
+	}
+}
+
+func TestMissingDefaultFileIsEmpty(t *testing.T) {
+	c, err := LoadFile(filepath.Join(t.TempDir(), "absent.yaml"), false)
+	if err != nil || len(c.Verifiers) != 0 {
+		t.Fatalf("%+v %v", c, err)
+	}
+	if _, err := LoadFile(filepath.Join(t.TempDir(), "absent.yaml"), true); err == nil {
+		t.Fatal("an explicit missing file must be an error")
+	}
+}
+
+func TestNoPinRefused(t *testing.T) {
+	c := &Config{Verifiers: []string{"v:1"}, NodeName: "n"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "no verifier pin") {
+		t.Fatalf("err = %v", err)
+	}
+	c.InsecureSkipVerifierAuth = true
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c.VerifierPins = []string{"sha256:beef"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "64 hex") {
+		t.Fatalf("bad pin: err = %v", err)
+	}
+}
+
+func TestEnumsValidated(t *testing.T) {
+	c := &Config{Verifiers: []string{"v:1"}, NodeName: "n", InsecureSkipVerifierAuth: true, Role: "master"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `role "master"`) {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,21 @@
+package disk
+
+import "errors"
+
+// Sentinel errors, for errors.Is; the wrapping error says what was found.
+var (
+	// ErrForeignData: the device carries something latchkey did not
+	// create (a file system, partition table, LVM, LUKS1, unrecognised
+	// data), so it is not formatted unless WipeStateDisk is set.
+	ErrForeignData = errors.New("state disk holds data latchkey did not create")
+	// ErrHeaderRejected: a LUKS2 header is present but not exactly the
+	// shape latchkey creates (altered or hostile); it is never unlocked.
+	ErrHeaderRejected = errors.New("LUKS2 header rejected")
+	// ErrStateChanged: the device changed between Prepare and Open.
+	ErrStateChanged = errors.New("state disk changed since Prepare")
+	// ErrVolumeContent: the opened volume holds something other than the
+	// file system latchkey made there, so it is not formatted.
+	ErrVolumeContent = errors.New("state volume content refused")
+	// ErrNoDeviceMapper: the kernel has no device-mapper.
+	ErrNoDeviceMapper = errors.New("kernel has no device-mapper")
+)

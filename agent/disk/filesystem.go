@@ -1,0 +1,95 @@
+package disk
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/latchkey/latchkey/internal/execx"
+)
+
+// ensureFileSystem makes sure the opened volume at mapped holds the state
+// file system and returns its type and whether this run made it. The
+// state record decides (see record.go):
+//
+//   - no record: nothing was ever written through a mapping, so the
+//     volume is fresh; record "mkfs", make the file system, record "ready";
+//   - "mkfs": an earlier run was cut short during mkfs; make it again;
+//   - "ready": the file system must be there and is never remade; a
+//     missing or different one is refused unless WipeStateDisk.
+func (l *LUKS) ensureFileSystem(ctx context.Context, d *device, mapped, uuid string) (string, bool, error) {
+	rec, err := readRecord(d, uuid)
+	if err != nil {
+		return "", false, err
+	}
+	switch {
+	case rec == nil:
+		found, err := l.fsType(ctx, mapped)
+		if err != nil {
+			return "", false, err
+		}
+		if found != "" && !l.cfg.WipeStateDisk {
+			return "", false, fmt.Errorf("%w: new volume already holds %s but latchkey never made one", ErrVolumeContent, found)
+		}
+		return l.makeFileSystem(ctx, d, mapped, uuid, nil)
+	case rec.State == recordMkfs:
+		l.cfg.Logger.Info("state disk: finishing an interrupted mkfs", slog.String("fstype", l.cfg.FSType))
+		return l.makeFileSystem(ctx, d, mapped, uuid, rec)
+	}
+	found, err := l.fsType(ctx, mapped)
+	switch {
+	case err != nil:
+		return "", false, err
+	case found == rec.FSType:
+		return found, false, nil
+	case l.cfg.WipeStateDisk:
+		l.cfg.Logger.Warn("state disk: WipeStateDisk set, remaking a damaged file system",
+			slog.String("want", rec.FSType), slog.String("found", found))
+		return l.makeFileSystem(ctx, d, mapped, uuid, rec)
+	case found == "":
+		return "", false, fmt.Errorf("%w: the %s file system latchkey made is gone (damaged?); not remaking it (repair it, or set WipeStateDisk)", ErrVolumeContent, rec.FSType)
+	}
+	return "", false, fmt.Errorf("%w: volume holds %s, latchkey made %s", ErrVolumeContent, found, rec.FSType)
+}
+
+// makeFileSystem records "mkfs", runs mkfs, records "ready".
+func (l *LUKS) makeFileSystem(ctx context.Context, d *device, mapped, uuid string, prev *stateRecord) (string, bool, error) {
+	fstype := l.cfg.FSType
+	rec, err := writeRecord(d, prev, stateRecord{UUID: uuid, State: recordMkfs, FSType: fstype})
+	if err != nil {
+		return "", false, err
+	}
+	if err := l.fault(StepMkfsStarted); err != nil {
+		return "", false, err
+	}
+	if _, err := l.cfg.Runner.Run(ctx, mkfsCmd(fstype, mapped)); err != nil {
+		return "", false, fmt.Errorf("make %s file system: %w", fstype, err)
+	}
+	if err := l.fault(StepFileSystemMade); err != nil {
+		return "", false, err
+	}
+	if _, err := writeRecord(d, rec, stateRecord{UUID: uuid, State: recordReady, FSType: fstype}); err != nil {
+		return "", false, err
+	}
+	l.cfg.Logger.Info("state disk: file system made", slog.String("fstype", fstype), slog.String("device", mapped))
+	return fstype, true, l.fault(StepFileSystemReady)
+}
+
+// mkfsCmd forces (-F/-f): the record says this volume is latchkey's and
+// not yet or only partly formatted; discards are skipped because the
+// mapping does not pass them down.
+func mkfsCmd(fstype, dev string) execx.Cmd {
+	if fstype == "xfs" {
+		return execx.Cmd{Name: "mkfs.xfs", Args: []string{"-q", "-f", "-K", "-L", FSLabel, dev}}
+	}
+	return execx.Cmd{Name: "mkfs.ext4", Args: []string{"-q", "-F", "-L", FSLabel, "-E", "nodiscard", dev}}
+}
+
+// fsType is the TYPE blkid finds on the opened volume ("" for none).
+func (l *LUKS) fsType(ctx context.Context, dev string) (string, error) {
+	fields, err := l.blkidFields(ctx, dev)
+	if err != nil {
+		return "", err
+	}
+	return fields["TYPE"], nil
+}

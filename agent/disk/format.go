@@ -1,0 +1,161 @@
+package disk
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/latchkey/latchkey/internal/execx"
+)
+
+// Formatting happens in memory first. cryptsetup luksFormat run straight
+// on the device fills the keyslots area with random bytes before it
+// writes the header, so an agent killed in between would leave a device
+// that reads as "unrecognised data" and is never touched again. Instead
+// luksFormat formats an anonymous memory file of the same layout, the
+// result is validated like any header read from a disk and unsealed once
+// with the ticket's key, and only then copied to the device in an order
+// with a single commit point:
+//
+//  1. the secondary header, the keyslots area and the (empty) record gap,
+//  2. the primary header's JSON area, then sync,
+//  3. the primary binary header (one 4 KiB write), then sync.
+//
+// Before step 3 the device carries only a secondary header with
+// latchkey's label and an empty record gap: classify calls that
+// kindInterrupted, and the next run installs a fresh header for the same
+// UUID. No key was ever usable and nothing was ever written through a
+// mapping, so nothing is lost. After step 3 the header is complete and is
+// never rewritten.
+
+// formatArgs is the luksFormat command line (no secret: the key is read
+// from stdin with --key-file -).
+func formatArgs(uuid, target string) []string {
+	return []string{
+		"luksFormat", "--batch-mode", "--type", "luks2",
+		"--cipher", luksCipher, "--key-size", strconv.Itoa(volumeKeyBytes * 8),
+		"--sector-size", strconv.Itoa(sectorSize),
+		"--uuid", uuid, "--label", HeaderLabel,
+		"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", strconv.Itoa(kdfIterations), "--hash", luksHash,
+		"--luks2-metadata-size", strconv.Itoa(hdrSize/1024) + "k",
+		"--luks2-keyslots-size", strconv.Itoa(keyslotsSize/1024) + "k",
+		"--offset", strconv.Itoa(DataOffset / 512),
+		"--key-file", "-", target,
+	}
+}
+
+// formatImage runs luksFormat on a memory file and returns it, checked:
+// the header has exactly latchkey's shape and the key unseals it.
+func (l *LUKS) formatImage(ctx context.Context, uuid string, key []byte) (*os.File, error) {
+	img, err := memFile("latchkey-luks-image", imageSize)
+	if err != nil {
+		return nil, err
+	}
+	_, err = l.cfg.Runner.Run(ctx, execx.Cmd{
+		Name:       "cryptsetup",
+		Args:       formatArgs(uuid, "/dev/fd/3"),
+		Stdin:      bytes.NewReader(key),
+		ExtraFiles: []*os.File{img},
+	})
+	if err == nil {
+		err = checkImage(img, uuid, key)
+	}
+	if err != nil {
+		img.Close()
+		return nil, fmt.Errorf("format LUKS2 header: %w", err)
+	}
+	return img, nil
+}
+
+func checkImage(img *os.File, uuid string, key []byte) error {
+	head := make([]byte, headAndKeyslot)
+	if _, err := img.ReadAt(head, 0); err != nil {
+		return err
+	}
+	if _, err := validateHeader(head, uuid); err != nil {
+		return fmt.Errorf("cryptsetup produced an unexpected header: %w", err)
+	}
+	_, err := unsealDetached(head, key, "", DataOffset+mib)
+	return err
+}
+
+// memFile is an anonymous, sparse, memory-backed file of the given size.
+func memFile(name string, size int64) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("size memory file: %w", err)
+	}
+	return f, nil
+}
+
+// install copies the formatted image onto the device in commit order.
+// wipe also zeroes the first and last MiB first (WipeStateDisk), so the
+// crash states match those of a blank disk and no foreign signature is
+// left at either end.
+func (l *LUKS) install(d *device, img *os.File, wipe bool) error {
+	if wipe {
+		if err := wipeEnds(d); err != nil {
+			return err
+		}
+	}
+	steps := []struct{ from, to int64 }{
+		{secondaryOffset, DataOffset},
+		{binHeaderSize, secondaryOffset},
+	}
+	for _, s := range steps {
+		if err := copyRange(d, img, s.from, s.to); err != nil {
+			return err
+		}
+	}
+	if err := d.sync(); err != nil {
+		return err
+	}
+	if err := l.fault(StepHeaderPartial); err != nil {
+		return err
+	}
+	if err := copyRange(d, img, 0, binHeaderSize); err != nil {
+		return err
+	}
+	if err := d.sync(); err != nil {
+		return err
+	}
+	l.cfg.Logger.Info("state disk: LUKS2 header written", slog.String("device", d.path))
+	return nil
+}
+
+// copyRange copies img[from:to] to the same offsets of the device.
+func copyRange(d *device, img *os.File, from, to int64) error {
+	buf := make([]byte, min(to-from, mib))
+	for off := from; off < to; off += int64(len(buf)) {
+		n := min(int64(len(buf)), to-off)
+		if _, err := img.ReadAt(buf[:n], off); err != nil && err != io.EOF {
+			return fmt.Errorf("read header image: %w", err)
+		}
+		if err := d.write(buf[:n], off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func wipeEnds(d *device) error {
+	zero := make([]byte, mib)
+	if err := d.write(zero, 0); err != nil {
+		return err
+	}
+	if err := d.write(zero, d.size-mib); err != nil {
+		return err
+	}
+	return d.sync()
+}

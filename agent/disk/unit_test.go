@@ -1,0 +1,272 @@
+package disk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/execx"
+)
+
+// headerFixture formats an image file with latchkey's exact luksFormat
+// command (no root needed) and returns its first headAndKeyslot bytes.
+func headerFixture(t testing.TB, uuid string, key []byte) []byte {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "hdr.img")
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, imageSize); err != nil {
+		t.Fatal(err)
+	}
+	res, err := realRunner.Run(context.Background(), execx.Cmd{Name: "cryptsetup", Args: formatArgs(uuid, img), Stdin: strings.NewReader(string(key))})
+	if errors.Is(err, os.ErrNotExist) || strings.Contains(errString(err), "not found") {
+		t.Skip("needs cryptsetup (apt-get install cryptsetup-bin)")
+	}
+	if err != nil {
+		t.Fatalf("luksFormat: %v (%s)", err, res.Stderr)
+	}
+	b, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b[:headAndKeyslot]
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+const fixtureUUID = "2b1e0c38-6a55-4d7e-9a1d-1e7a0f1c2b3d"
+
+func TestValidateHeaderAcceptsOwnFormat(t *testing.T) {
+	head := headerFixture(t, fixtureUUID, testKey(1))
+	h, err := validateHeader(head, fixtureUUID)
+	if err != nil {
+		t.Fatalf("validateHeader: %v", err)
+	}
+	if h.uuid != fixtureUUID {
+		t.Fatalf("uuid = %s", h.uuid)
+	}
+	if _, err := validateHeader(head, "00000000-0000-4000-8000-000000000000"); !errors.Is(err, ErrHeaderRejected) {
+		t.Fatalf("other UUID: %v, want ErrHeaderRejected", err)
+	}
+	if _, err := unsealDetached(head, testKey(1), "", DataOffset+mib); err != nil {
+		t.Fatalf("unseal from the detached copy: %v", err)
+	}
+}
+
+func TestStrictJSON(t *testing.T) {
+	cases := map[string]string{
+		`{"a":1,"a":2}`:               `duplicate key "a"`,
+		`{"a":{"b":1,"b":1}}`:         `duplicate key "b"`,
+		`{"a":1} {"b":2}`:             "trailing data",
+		`{"a":[[[[[[[[[[1]]]]]]]]]]}`: "nested too deeply",
+		`{"a":`:                       "EOF",
+	}
+	for in, want := range cases {
+		if _, err := parseStrictJSON([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseStrictJSON(%s) = %v, want %q", in, err, want)
+		}
+	}
+	v, err := parseStrictJSON([]byte(`{"a":["x",2,true,null],"A":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := v.(map[string]any); len(m) != 2 { // case-sensitive: "a" and "A" are two keys
+		t.Fatalf("tree = %v", v)
+	}
+}
+
+func TestCompareTreeNamesTheDifference(t *testing.T) {
+	want := obj{"s": obj{"0": obj{"enc": "aes", "n": json.Number("4096"), "salt": base64Of(4)}}, "l": arr{"0"}}
+	cases := []struct{ in, msg string }{
+		{`{"s":{"0":{"enc":"aes","n":4096,"salt":"AAAAAA=="}},"l":["0"]}`, ""},
+		{`{"s":{"0":{"enc":"null","n":4096,"salt":"AAAAAA=="}},"l":["0"]}`, `s.0.enc is "null", want "aes"`},
+		{`{"s":{"0":{"enc":"aes","n":"4096","salt":"AAAAAA=="}},"l":["0"]}`, `s.0.n is "4096", want number 4096`},
+		{`{"s":{"0":{"enc":"aes","n":4096,"salt":"AAAA"}},"l":["0"]}`, `s.0.salt is not base64 of 4 bytes`},
+		{`{"s":{"0":{"enc":"aes","n":4096,"salt":"AAAAAA=="},"1":{}},"l":["0"]}`, `s has unexpected "1"`},
+		{`{"s":{"0":{"enc":"aes","n":4096,"salt":"AAAAAA=="}},"l":["0","1"]}`, `l is a list of 2, want a list of 1`},
+		{`{"s":{"0":{"enc":"aes","n":4096}},"l":["0"]}`, `s.0 lacks "salt"`},
+	}
+	for _, c := range cases {
+		tree, err := parseStrictJSON([]byte(c.in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = compareTree("", want, tree, true)
+		if err == nil {
+			err = compareTree("", want, tree, false)
+		}
+		if errString(err) != c.msg {
+			t.Errorf("%s: %v, want %q", c.in, err, c.msg)
+		}
+	}
+}
+
+func TestConfigChecks(t *testing.T) {
+	cases := []struct {
+		cfg  LUKSConfig
+		want string
+	}{
+		{LUKSConfig{}, "exactly one of Device and PartLabel"},
+		{LUKSConfig{Device: "/dev/vdb", PartLabel: "state"}, "exactly one of Device and PartLabel"},
+		{LUKSConfig{PartLabel: "a/b"}, "bad partition label"},
+		{LUKSConfig{Device: "/dev/vdb", FSType: "btrfs"}, `file system "btrfs"`},
+		{LUKSConfig{Device: "/dev/vdb", MountPoint: "relative"}, "clean absolute path"},
+		{LUKSConfig{Device: "/dev/vdb", BindMounts: []string{"/var/lib"}}, "overlaps the mount point"},
+		{LUKSConfig{Device: "/dev/vdb", BindMounts: []string{"/etc/kubernetes", "/etc/kubernetes/pki"}}, "overlap"},
+		{LUKSConfig{Device: "/dev/vdb", BindMounts: []string{"/var/lib/kubelet/"}}, "clean absolute path"},
+		{LUKSConfig{Device: "/dev/vdb", MapperName: "a/b"}, "bad mapper name"},
+	}
+	for _, c := range cases {
+		if _, err := NewLUKS(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewLUKS(%+v) = %v, want %q", c.cfg, err, c.want)
+		}
+	}
+	l, err := NewLUKS(LUKSConfig{Device: "/dev/vdb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.cfg.MountPoint != DefaultMountPoint || l.cfg.FSType != "ext4" || len(l.cfg.BindMounts) != 4 ||
+		l.cfg.WipeStateDisk || l.cfg.WaitTimeout != DefaultWaitTimeout || l.cfg.MapperName != DefaultMapperName {
+		t.Fatalf("defaults = %+v", l.cfg)
+	}
+	if l, _ := NewLUKS(LUKSConfig{PartLabel: "latchkey-state"}); l.devicePath() != "/dev/disk/by-partlabel/latchkey-state" {
+		t.Fatalf("PartLabel path = %s", l.devicePath())
+	}
+	if l, _ := NewLUKS(LUKSConfig{Device: "/dev/vdb", BindMounts: []string{}}); len(l.cfg.BindMounts) != 0 {
+		t.Fatal("an empty BindMounts list must mean none")
+	}
+}
+
+// fakeClock advances on every Sleep.
+type fakeClock struct {
+	now    time.Time
+	sleeps int
+	onTick func()
+}
+
+func (c *fakeClock) Now() time.Time { return c.now }
+func (c *fakeClock) Sleep(_ context.Context, d time.Duration) error {
+	c.sleeps++
+	c.now = c.now.Add(d)
+	if c.onTick != nil {
+		c.onTick()
+	}
+	return nil
+}
+
+func TestWaitForDeviceTimesOut(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(0, 0)}
+	l, err := NewLUKS(LUKSConfig{Device: filepath.Join(t.TempDir(), "by-id-link"), WaitTimeout: 2 * time.Second,
+		PollInterval: 100 * time.Millisecond, Now: clk.Now, Sleep: clk.Sleep, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Prepare(context.Background())
+	if !errors.Is(err, os.ErrNotExist) || clk.sleeps != 20 {
+		t.Fatalf("Prepare = %v after %d polls, want not-exist after 20", err, clk.sleeps)
+	}
+}
+
+func TestWaitForDeviceRefusesNonBlock(t *testing.T) {
+	l, _ := NewLUKS(LUKSConfig{Device: "/dev/null"})
+	if _, err := l.Prepare(context.Background()); err == nil || !strings.Contains(err.Error(), "not a block device") {
+		t.Fatalf("Prepare(/dev/null) = %v", err)
+	}
+}
+
+func TestWaitForDeviceSeesLateLink(t *testing.T) {
+	r := newRig(t, testDiskSize)
+	link := filepath.Join(t.TempDir(), "by-id-link")
+	clk := &fakeClock{now: time.Unix(0, 0)}
+	clk.onTick = func() {
+		if clk.sleeps == 5 {
+			if err := os.Symlink(r.dev, link); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	l := r.stage(func(c *LUKSConfig) { c.Device, c.Now, c.Sleep = link, clk.Now, clk.Sleep })
+	plan, err := l.Prepare(context.Background())
+	if err != nil || plan.Rejoin || clk.sleeps != 5 {
+		t.Fatalf("Prepare = %+v, %v after %d polls", plan, err, clk.sleeps)
+	}
+}
+
+func TestBlkidFailureRefuses(t *testing.T) {
+	r := newRig(t, testDiskSize)
+	l := r.stage(nil)
+	l.cfg.Runner = &execx.Fake{Rules: []execx.Rule{{Match: "blkid", ExitCode: 4, Stderr: "blkid: probing failed"}}}
+	if _, err := l.Prepare(context.Background()); err == nil || !strings.Contains(err.Error(), "probing failed") {
+		t.Fatalf("Prepare with a failing blkid = %v, want the failure", err)
+	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	r := newRig(t, testDiskSize)
+	d, err := openDevice(r.dev, readWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if rec, err := readRecord(d, fixtureUUID); rec != nil || err != nil {
+		t.Fatalf("blank gap: %+v, %v", rec, err)
+	}
+	rec, err := writeRecord(d, nil, stateRecord{UUID: fixtureUUID, State: recordMkfs, FSType: "ext4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeRecord(d, rec, stateRecord{UUID: fixtureUUID, State: recordReady, FSType: "ext4"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readRecord(d, fixtureUUID)
+	if err != nil || got.State != recordReady || got.Seq != 1 {
+		t.Fatalf("after two writes: %+v, %v", got, err)
+	}
+	// A torn newer slot leaves the older one.
+	writeDev(t, r.dev, recordOffset+recordSlotSize+100, []byte("torn"))
+	if got, err := readRecord(d, fixtureUUID); err != nil || got.State != recordMkfs {
+		t.Fatalf("torn slot: %+v, %v, want the older mkfs record", got, err)
+	}
+	if _, err := readRecord(d, "00000000-0000-4000-8000-000000000000"); !errors.Is(err, ErrVolumeContent) {
+		t.Fatalf("record of another disk: %v", err)
+	}
+	writeDev(t, r.dev, recordOffset+100, []byte("torn"))
+	if _, err := readRecord(d, fixtureUUID); !errors.Is(err, ErrVolumeContent) {
+		t.Fatalf("both slots torn: %v, want ErrVolumeContent", err)
+	}
+}
+
+func TestParseMountInfo(t *testing.T) {
+	e, ok := parseMountInfoLine(`44 27 7:0 /var/lib/kubelet /tmp/with\040space rw,relatime shared:1 - ext4 /dev/dm-0 rw`)
+	if !ok || e.devno != "7:0" || e.root != "/var/lib/kubelet" || e.target != "/tmp/with space" || e.fstype != "ext4" || e.source != "/dev/dm-0" {
+		t.Fatalf("parsed %+v, %v", e, ok)
+	}
+	if _, ok := parseMountInfoLine("garbage"); ok {
+		t.Fatal("garbage parsed")
+	}
+}
+
+func TestKeyOnlyStillWorks(t *testing.T) {
+	k := KeyOnly{UUID: fixtureUUID}
+	if p, err := k.Prepare(context.Background()); err != nil || p.UUID != fixtureUUID {
+		t.Fatalf("Prepare = %+v, %v", p, err)
+	}
+	if _, err := k.Open(context.Background(), Plan{}, make([]byte, 16)); err == nil {
+		t.Fatal("short key accepted")
+	}
+	if _, err := (&LUKS{}).Open(context.Background(), Plan{UUID: fixtureUUID}, make([]byte, 16)); err == nil {
+		t.Fatal("LUKS stage accepted a short key")
+	}
+}

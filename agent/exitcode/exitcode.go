@@ -1,0 +1,58 @@
+// Package exitcode names the exit codes of latchkey-agent. They are a
+// contract with systemd and with operators: latchkey-agent.service decides
+// from them whether a restart can help (RestartPreventExitStatus=), and a
+// human reading `systemctl status` learns from the number alone which stage
+// gave up. Codes 1 and 2 follow the usual shell meaning; 3 to 6 are the
+// agent's own. systemd reserves 200 and above for its own failures.
+package exitcode
+
+// The agent's exit codes. Keep units/latchkey-agent.service and
+// image/README.md in sync when adding one.
+const (
+	// OK: the node attested, its state disk is open and it joined (or
+	// rejoined).
+	OK = 0
+	// Internal: an unexpected failure (a bug, a system call that should not
+	// fail). systemd restarts the agent.
+	Internal = 1
+	// BadConfig: the configuration (file, flags, kernel command line) is
+	// invalid or incomplete, e.g. no verifier pin. A restart cannot help.
+	BadConfig = 2
+	// RefusedByPolicy: the verifier refused the evidence (PCR_MISMATCH,
+	// MEASUREMENT_NOT_ALLOWED, ...). Not restarted: retrying the same
+	// evidence cannot succeed until an operator changes the policy.
+	RefusedByPolicy = 3
+	// VerifierUnreachable: no verifier answered before the configured
+	// timeout. systemd restarts the agent after a pause.
+	VerifierUnreachable = 4
+	// DiskRefused: the state disk is not one the agent may use (it carries
+	// data and no LUKS header, or its header is not this node's). Nothing
+	// was formatted; an operator must look.
+	DiskRefused = 5
+	// KubeadmFailed: `kubeadm join` failed. systemd restarts the agent; the
+	// disk stays open and the rejoin path skips what is already done.
+	KubeadmFailed = 6
+)
+
+// Name returns a short stable name for code, for log lines and the
+// `latchkey-agent status` output.
+func Name(code int) string {
+	switch code {
+	case OK:
+		return "ok"
+	case Internal:
+		return "internal"
+	case BadConfig:
+		return "bad-config"
+	case RefusedByPolicy:
+		return "refused-by-policy"
+	case VerifierUnreachable:
+		return "verifier-unreachable"
+	case DiskRefused:
+		return "disk-refused"
+	case KubeadmFailed:
+		return "kubeadm-failed"
+	default:
+		return "unknown"
+	}
+}

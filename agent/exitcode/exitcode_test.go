@@ -1,0 +1,44 @@
+package exitcode
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestUnitMatchesCodes keeps the unit's restart policy honest: the codes
+// that mean "a restart cannot help" are exactly the ones the unit prevents.
+func TestUnitMatchesCodes(t *testing.T) {
+	raw, err := os.ReadFile("../../units/latchkey-agent.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^RestartPreventExitStatus=(.*)$`).FindSubmatch(raw)
+	if m == nil {
+		t.Fatal("latchkey-agent.service has no RestartPreventExitStatus=")
+	}
+	got := strings.Fields(string(m[1]))
+	want := []string{strconv.Itoa(BadConfig), strconv.Itoa(RefusedByPolicy), strconv.Itoa(DiskRefused)}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("RestartPreventExitStatus=%v, want %v", got, want)
+	}
+}
+
+func TestNamesAreDistinct(t *testing.T) {
+	seen := map[string]int{}
+	for code := OK; code <= KubeadmFailed; code++ {
+		n := Name(code)
+		if n == "unknown" {
+			t.Fatalf("code %d has no name", code)
+		}
+		if prev, dup := seen[n]; dup {
+			t.Fatalf("codes %d and %d share the name %q", prev, code, n)
+		}
+		seen[n] = code
+	}
+	if Name(99) != "unknown" {
+		t.Fatalf("Name(99) = %q, want unknown", Name(99))
+	}
+}

@@ -1,0 +1,275 @@
+// Package join is the agent's last boot stage: it turns a ticket into a
+// kubeadm JoinConfiguration (kubeadm's own v1beta4 API types), writes it
+// to a 0600 file under /run, runs `kubeadm join --config` and removes the
+// file again. A failed join is undone with `kubeadm reset -f` so the next
+// attempt, with a fresh ticket, starts from a clean node.
+//
+// A node whose state disk already holds kubelet credentials (a reboot)
+// does not join again.
+package join
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/latchkey/latchkey/agent/disk"
+	"github.com/latchkey/latchkey/internal/execx"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// Defaults of Config.
+const (
+	DefaultDir      = "/run/latchkey"
+	DefaultKubeadm  = "kubeadm"
+	DefaultAttempts = 3
+)
+
+// Config configures the join stage. The zero value (plus a Runner) joins
+// a worker with kubeadm's defaults.
+type Config struct {
+	// Runner runs kubeadm (required).
+	Runner execx.Runner
+	// Logger receives kubeadm's output line by line; slog.Default if nil.
+	Logger *slog.Logger
+	// Kubeadm is the kubeadm program; DefaultKubeadm when empty.
+	Kubeadm string
+	// Dir holds the JoinConfiguration while kubeadm runs; DefaultDir when
+	// empty. It is created 0700.
+	Dir string
+	// DiscoveryTimeout bounds kubeadm's discovery (its JoinConfiguration
+	// timeouts.discovery); kubeadm's default (5m) when zero.
+	DiscoveryTimeout time.Duration
+	// TLSBootstrapTimeout bounds the kubelet's TLS bootstrap, which waits
+	// for the verifier to approve the node's CSR; kubeadm's default when zero.
+	TLSBootstrapTimeout time.Duration
+	// CRISocket is the container runtime endpoint; kubeadm detects it when
+	// empty.
+	CRISocket string
+	// IgnorePreflightErrors are passed to kubeadm as they are.
+	IgnorePreflightErrors []string
+	// AdvertiseAddress and BindPort are this node's API server endpoint
+	// for a control-plane join (kubeadm picks when empty / zero).
+	AdvertiseAddress string
+	BindPort         int32
+	// DryRun runs `kubeadm join --dry-run`: real discovery against the
+	// cluster, no change to this node, and no reset afterwards.
+	DryRun bool
+	// Attempts bounds Run's tries with a fresh ticket each;
+	// DefaultAttempts when zero.
+	Attempts int
+	// RetryDelay is the pause between Run's attempts (default 5s).
+	RetryDelay time.Duration
+}
+
+// Ticket is what the join needs from the verifier's ticket.
+type Ticket struct {
+	NodeName string
+	// Endpoints are "host:port"; kubeadm is given the first.
+	Endpoints []string
+	// Token is "<id>.<secret>". Never logged.
+	Token        string
+	CACertHashes []string
+	// ControlPlane asks for `kubeadm join --control-plane`;
+	// CertificateKey decrypts the shared certificates. Never logged.
+	ControlPlane   bool
+	CertificateKey string
+}
+
+// TicketFrom takes the join's part of a protocol ticket.
+func TicketFrom(node string, role latchkeyv1.Role, t *latchkeyv1.Ticket) Ticket {
+	return Ticket{
+		NodeName:       node,
+		Endpoints:      append([]string(nil), t.GetApiServerEndpoints()...),
+		Token:          t.GetToken(),
+		CACertHashes:   append([]string(nil), t.GetCaCertHashes()...),
+		ControlPlane:   role == latchkeyv1.Role_ROLE_CONTROL_PLANE,
+		CertificateKey: t.GetCertificateKey(),
+	}
+}
+
+// Joiner runs kubeadm join.
+type Joiner struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New checks cfg and fills its defaults.
+func New(cfg Config) (*Joiner, error) {
+	if cfg.Runner == nil {
+		return nil, errors.New("join: no command runner")
+	}
+	if cfg.DiscoveryTimeout < 0 || cfg.TLSBootstrapTimeout < 0 || cfg.Attempts < 0 {
+		return nil, errors.New("join: negative timeout or attempts")
+	}
+	if cfg.Kubeadm == "" {
+		cfg.Kubeadm = DefaultKubeadm
+	}
+	if cfg.Dir == "" {
+		cfg.Dir = DefaultDir
+	}
+	if cfg.Attempts == 0 {
+		cfg.Attempts = DefaultAttempts
+	}
+	if cfg.RetryDelay == 0 {
+		cfg.RetryDelay = 5 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Joiner{cfg: cfg, log: log.With("stage", "join")}, nil
+}
+
+// Needed reports whether the node must join: not when the state disk
+// already holds kubelet credentials from an earlier join.
+func Needed(st disk.Result) bool { return !st.HasKubeletCredentials }
+
+// Join runs one `kubeadm join` with t, and `kubeadm reset -f` when it
+// fails (except in dry-run mode, which changes nothing). It does nothing
+// when st says the node already joined.
+func (j *Joiner) Join(ctx context.Context, t Ticket, st disk.Result) error {
+	if !Needed(st) {
+		j.log.Info("node already holds kubelet credentials, not joining", "node", t.NodeName)
+		return nil
+	}
+	cfgYAML, err := j.Render(t)
+	if err != nil {
+		return err
+	}
+	defer clear(cfgYAML)
+	path, err := j.writeConfig(cfgYAML)
+	if err != nil {
+		return err
+	}
+	defer j.removeConfig(path)
+	j.log.Info("running kubeadm join", "node", t.NodeName, "endpoint", t.Endpoints[0],
+		"control_plane", t.ControlPlane, "dry_run", j.cfg.DryRun)
+	err = j.kubeadm(ctx, j.joinArgs(path, t.ControlPlane))
+	if err == nil {
+		j.log.Info("kubeadm join succeeded", "node", t.NodeName)
+		return nil
+	}
+	if !j.cfg.DryRun {
+		j.reset(ctx)
+	}
+	return fmt.Errorf("join: kubeadm join: %w", err)
+}
+
+func (j *Joiner) joinArgs(path string, controlPlane bool) []string {
+	args := []string{"join", "--config", path}
+	if controlPlane {
+		args = append(args, "--control-plane")
+	}
+	if j.cfg.DryRun {
+		args = append(args, "--dry-run")
+	}
+	return args
+}
+
+// reset undoes a failed join; its own failure is logged, not returned,
+// so the caller sees why the join failed.
+func (j *Joiner) reset(ctx context.Context) {
+	args := []string{"reset", "-f"}
+	if j.cfg.CRISocket != "" {
+		args = append(args, "--cri-socket", j.cfg.CRISocket)
+	}
+	if err := j.kubeadm(context.WithoutCancel(ctx), args); err != nil {
+		j.log.Error("kubeadm reset after a failed join failed", "err", err)
+	}
+}
+
+// Run joins with tickets from fetch, at most Config.Attempts times: a
+// failed join is reset and retried with a fresh ticket (the old token may
+// be spent or expired). It does nothing when st says the node joined.
+func (j *Joiner) Run(ctx context.Context, fetch func(context.Context) (Ticket, error), st disk.Result) error {
+	if !Needed(st) {
+		return j.Join(ctx, Ticket{}, st)
+	}
+	var err error
+	for attempt := 1; attempt <= j.cfg.Attempts; attempt++ {
+		if attempt > 1 {
+			if werr := sleep(ctx, j.cfg.RetryDelay); werr != nil {
+				return errors.Join(err, werr)
+			}
+		}
+		var t Ticket
+		if t, err = fetch(ctx); err != nil {
+			return fmt.Errorf("join: fetch ticket: %w", err)
+		}
+		if err = j.Join(ctx, t, st); err == nil {
+			return nil
+		}
+		j.log.Warn("join attempt failed", "attempt", attempt, "of", j.cfg.Attempts, "err", err)
+	}
+	return fmt.Errorf("join: giving up after %d attempts: %w", j.cfg.Attempts, err)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// kubeadm runs one kubeadm command and logs its output line by line.
+func (j *Joiner) kubeadm(ctx context.Context, args []string) error {
+	res, err := j.cfg.Runner.Run(ctx, execx.Cmd{Name: j.cfg.Kubeadm, Args: args})
+	logLines(j.log, args[0], "stdout", res.Stdout)
+	logLines(j.log, args[0], "stderr", res.Stderr)
+	return err
+}
+
+// logLines sends each line of out to log as one record.
+func logLines(log *slog.Logger, cmd, stream string, out []byte) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	for sc.Scan() {
+		if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
+			log.Info("kubeadm "+cmd, "stream", stream, "line", string(line))
+		}
+	}
+}
+
+// writeConfig writes the configuration to a fresh 0600 file in Dir.
+func (j *Joiner) writeConfig(data []byte) (string, error) {
+	if err := os.MkdirAll(j.cfg.Dir, 0o700); err != nil {
+		return "", fmt.Errorf("join: create %s: %w", j.cfg.Dir, err)
+	}
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return "", fmt.Errorf("join: %w", err)
+	}
+	path := filepath.Join(j.cfg.Dir, "kubeadm-join-"+hex.EncodeToString(rnd[:])+".yaml")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("join: %w", err)
+	}
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		j.removeConfig(path)
+		return "", fmt.Errorf("join: write %s: %w", path, werr)
+	}
+	return path, nil
+}
+
+func (j *Joiner) removeConfig(path string) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		j.log.Error("could not remove the join configuration", "path", path, "err", err)
+	}
+}

@@ -1,0 +1,144 @@
+package ticket
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/atls"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// maxTicketMessage bounds what the agent accepts from a verifier.
+const maxTicketMessage = 64 << 10
+
+// diskKeySize is the length of the disk key a ticket must carry.
+const diskKeySize = 32
+
+type tlsDialer struct{ cfg *tls.Config }
+
+// attempt runs one join on one endpoint.
+func (c *Client) attempt(ctx context.Context, endpoint string, req Request) (*latchkeyv1.Ticket, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+	defer cancel()
+	conn, err := grpc.NewClient("passthrough:///"+endpoint,
+		grpc.WithTransportCredentials(credentials.NewTLS(c.tls.cfg.Clone())),
+		// A retried stream would run on another session; the evidence is
+		// bound to the first, so retry here instead.
+		grpc.WithDisableRetry(),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxTicketMessage)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", endpoint, err)
+	}
+	defer conn.Close()
+	stream, err := latchkeyv1.NewJoinServiceClient(conn).Join(ctx, grpc.WaitForReady(false))
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	t, err := c.exchange(ctx, stream, req)
+	if err != nil {
+		return nil, fromStatus(err)
+	}
+	return t, nil
+}
+
+// exchange makes the bound evidence, sends the Hello, answers challenges
+// and acknowledges the ticket.
+func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_JoinClient, req Request) (*latchkeyv1.Ticket, error) {
+	hello := &latchkeyv1.Hello{
+		NodeName: req.NodeName, DiskUuid: req.DiskUUID, Role: req.Role,
+		Rejoin: req.Rejoin, RequestToken: req.RequestToken, Variant: c.cfg.Issuer.Variant(),
+	}
+	// The verifier's pin was checked during this session's handshake, so
+	// no evidence is made for an unauthenticated verifier.
+	binding, err := atls.PeerBinding(stream.Context(), hello)
+	if err != nil {
+		return nil, err
+	}
+	att, err := c.cfg.Issuer.Attest(ctx, binding)
+	if err != nil {
+		return nil, fmt.Errorf("make evidence: %w", err)
+	}
+	defer att.Close()
+	hello.Evidence = att.Evidence()
+	if err := stream.Send(&latchkeyv1.AgentMessage{Msg: &latchkeyv1.AgentMessage_Hello{Hello: hello}}); err != nil {
+		return nil, recvErr(stream, err)
+	}
+	t, err := receiveTicket(ctx, stream, att)
+	if err != nil {
+		return nil, err
+	}
+	if err := ack(stream); err != nil {
+		clear(t.DiskKey)
+		return nil, err
+	}
+	return t, nil
+}
+
+func receiveTicket(ctx context.Context, stream latchkeyv1.JoinService_JoinClient, att attest.Attestation) (*latchkeyv1.Ticket, error) {
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			return nil, err
+		}
+		switch msg := m.GetMsg().(type) {
+		case *latchkeyv1.VerifierMessage_Challenge:
+			if err := answer(ctx, stream, att, msg.Challenge); err != nil {
+				return nil, err
+			}
+		case *latchkeyv1.VerifierMessage_Ticket:
+			if n := len(msg.Ticket.GetDiskKey()); n != diskKeySize {
+				return nil, fmt.Errorf("ticket disk key is %d bytes, want %d", n, diskKeySize)
+			}
+			return msg.Ticket, nil
+		default:
+			return nil, fmt.Errorf("unexpected verifier message %T", m.GetMsg())
+		}
+	}
+}
+
+func answer(ctx context.Context, stream latchkeyv1.JoinService_JoinClient, att attest.Attestation, ch *latchkeyv1.Challenge) error {
+	resp, err := att.Respond(ctx, ch.GetPayload())
+	if err != nil {
+		return fmt.Errorf("answer challenge: %w", err)
+	}
+	msg := &latchkeyv1.AgentMessage{Msg: &latchkeyv1.AgentMessage_ChallengeResponse{
+		ChallengeResponse: &latchkeyv1.ChallengeResponse{Payload: resp}}}
+	if err := stream.Send(msg); err != nil {
+		return recvErr(stream, err)
+	}
+	return nil
+}
+
+// ack hands the ticket over: the verifier revokes the token without it.
+// The stream's clean end confirms the verifier saw the ack.
+func ack(stream latchkeyv1.JoinService_JoinClient) error {
+	if err := stream.Send(&latchkeyv1.AgentMessage{Msg: &latchkeyv1.AgentMessage_TicketAck{TicketAck: &latchkeyv1.TicketAck{}}}); err != nil {
+		return recvErr(stream, err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		return err
+	}
+	if _, err := stream.Recv(); err != nil && !isEOF(err) {
+		return fmt.Errorf("ticket handover: %w", err)
+	}
+	return nil
+}
+
+// recvErr returns the stream's status: a failed Send hides the real cause
+// (io.EOF), which the next Recv reports.
+func recvErr(stream latchkeyv1.JoinService_JoinClient, sendErr error) error {
+	if _, err := stream.Recv(); err != nil && !isEOF(err) {
+		return err
+	}
+	return sendErr
+}
+
+func isEOF(err error) bool { return errors.Is(err, io.EOF) }

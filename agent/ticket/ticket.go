@@ -1,0 +1,162 @@
+// Package ticket is the agent's ticket stage: it proves the machine to a
+// verifier over attested TLS and returns the ticket.
+//
+// One attempt dials one verifier with TLS 1.3 (the verifier authenticated
+// by SPKI pin before any evidence leaves the machine), binds fresh evidence
+// to that session and the Hello fields, answers challenges, and
+// acknowledges the ticket. Transient failures are retried with exponential
+// backoff and full jitter across all endpoints, bounded by a total timeout;
+// a policy refusal is reported with its reason and retried only slowly,
+// since the same evidence will be refused again until the policy changes.
+package ticket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/atls"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// Request is what the node asks for.
+type Request struct {
+	NodeName     string
+	DiskUUID     string
+	Role         latchkeyv1.Role
+	Rejoin       bool
+	RequestToken bool
+}
+
+// Config configures a Client. The zero value of every option is the
+// secure one: without pins the client refuses to run unless
+// InsecureSkipVerifierAuth is set.
+type Config struct {
+	// Endpoints are the verifiers' host:port, tried in turn.
+	Endpoints []string
+	Pins      []atls.Pin
+	// InsecureSkipVerifierAuth accepts any verifier (lab use only).
+	InsecureSkipVerifierAuth bool
+	Issuer                   attest.Issuer
+	// Timeout bounds all attempts together (default 5m).
+	Timeout time.Duration
+	// AttemptTimeout bounds one attempt (default 30s).
+	AttemptTimeout time.Duration
+	// InitialBackoff and MaxBackoff shape retries after transient failures
+	// (defaults 1s and 30s); RefusalBackoff is the wait after a policy
+	// refusal (default 60s).
+	InitialBackoff, MaxBackoff, RefusalBackoff time.Duration
+	Logger                                     *slog.Logger
+	// Sleep waits (injectable; default honours ctx).
+	Sleep func(ctx context.Context, d time.Duration) error
+	// OnAttempt is told of each attempt (for STATUS= lines); optional.
+	OnAttempt func(endpoint string, attempt int)
+}
+
+// Client fetches tickets.
+type Client struct {
+	cfg Config
+	tls tlsDialer
+}
+
+// New checks cfg and fills defaults.
+func New(cfg Config) (*Client, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("ticket: no verifier endpoint configured")
+	}
+	if cfg.Issuer == nil {
+		return nil, errors.New("ticket: no evidence issuer")
+	}
+	tlsCfg, err := atls.ClientConfig(cfg.Pins, cfg.InsecureSkipVerifierAuth)
+	if err != nil {
+		return nil, fmt.Errorf("ticket: %w", err)
+	}
+	fillDefaults(&cfg)
+	return &Client{cfg: cfg, tls: tlsDialer{cfg: tlsCfg}}, nil
+}
+
+func fillDefaults(cfg *Config) {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.Timeout, 5*time.Minute)
+	def(&cfg.AttemptTimeout, 30*time.Second)
+	def(&cfg.InitialBackoff, time.Second)
+	def(&cfg.MaxBackoff, 30*time.Second)
+	def(&cfg.RefusalBackoff, 60*time.Second)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleepCtx
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Get returns a ticket, retrying until the total timeout. The error of a
+// final failure wraps the last attempt's error: a *RefusedError when the
+// verifier refused, ErrUnreachable otherwise.
+func (c *Client) Get(ctx context.Context, req Request) (*latchkeyv1.Ticket, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	var last error
+	for n := 0; ; n++ {
+		ep := c.cfg.Endpoints[n%len(c.cfg.Endpoints)]
+		if c.cfg.OnAttempt != nil {
+			c.cfg.OnAttempt(ep, n+1)
+		}
+		t, err := c.attempt(ctx, ep, req)
+		if err == nil {
+			return t, nil
+		}
+		if last == nil || ctx.Err() == nil {
+			// An attempt cut short by the total deadline says less than the
+			// one before it.
+			last = err
+		}
+		wait := c.backoff(n, err)
+		c.cfg.Logger.Warn("join attempt failed", "endpoint", ep, "attempt", n+1,
+			"reason", reasonString(err), "error", err.Error(), "retry_in", wait.Round(time.Millisecond).String())
+		if ctx.Err() != nil || c.cfg.Sleep(ctx, wait) != nil {
+			return nil, giveUp(last, c.cfg.Timeout)
+		}
+	}
+}
+
+// backoff is full jitter over an exponential ceiling for transient
+// failures, and the slow refusal wait (with a little jitter) otherwise.
+func (c *Client) backoff(n int, err error) time.Duration {
+	var r *RefusedError
+	if errors.As(err, &r) && !r.Transient() {
+		return c.cfg.RefusalBackoff/2 + rand.N(c.cfg.RefusalBackoff/2+1)
+	}
+	ceil := c.cfg.InitialBackoff << min(n, 16)
+	if ceil > c.cfg.MaxBackoff || ceil <= 0 {
+		ceil = c.cfg.MaxBackoff
+	}
+	return rand.N(ceil + 1)
+}
+
+func giveUp(last error, timeout time.Duration) error {
+	var r *RefusedError
+	if errors.As(last, &r) && !r.Transient() {
+		return fmt.Errorf("gave up after %s: %w", timeout, last)
+	}
+	return fmt.Errorf("%w after %s: %w", ErrUnreachable, timeout, last)
+}

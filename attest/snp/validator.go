@@ -1,0 +1,346 @@
+package snp
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/go-sev-guest/abi"
+	"github.com/google/go-sev-guest/kds"
+	spb "github.com/google/go-sev-guest/proto/sevsnp"
+	"github.com/google/go-sev-guest/validate"
+
+	"github.com/latchkey/latchkey/attest"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// Validator checks SNP evidence against one compiled Policy. It is safe for
+// concurrent use and takes no lock on the join path: the verified-chain
+// cache is a sync.Map. A policy reload builds a new Validator (and so
+// verifies each chip's chain once more, about 2 ms per chip).
+type Validator struct {
+	c        *compiled
+	coll     *Collateral
+	chains   chainCache
+	now      func() time.Time
+	log      *slog.Logger
+	tcbCheck validate.Options
+}
+
+var _ attest.Validator = (*Validator)(nil)
+
+// ValidatorOption adjusts a Validator built by NewValidator.
+type ValidatorOption func(*Validator)
+
+// WithClock sets the clock certificates are checked against (default
+// time.Now).
+func WithClock(now func() time.Time) ValidatorOption { return func(v *Validator) { v.now = now } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) ValidatorOption { return func(v *Validator) { v.log = l } }
+
+// NewValidator compiles p (hex values decoded, trusted roots parsed) and
+// returns a Validator that takes VCEKs missing from a report's certificate
+// table from c; c may be nil when every host supplies its certificates.
+func NewValidator(p Policy, c *Collateral, opts ...ValidatorOption) (*Validator, error) {
+	comp, err := compile(p)
+	if err != nil {
+		return nil, fmt.Errorf("snp policy: %w", err)
+	}
+	v := &Validator{c: comp, coll: c, now: time.Now, log: slog.Default()}
+	for _, o := range opts {
+		o(v)
+	}
+	v.tcbCheck = validate.Options{
+		// Guest policy bits were decided by checks 7 and 8; here only the
+		// TCB, SVN and firmware-version checks of validate can fail.
+		GuestPolicy:               abi.SnpPolicy{MigrateMA: true, Debug: true, SMT: true, CXLAllowed: true},
+		MinimumGuestSvn:           comp.minGuestSVN,
+		MinimumTCB:                comp.minTCB,
+		PermitProvisionalFirmware: comp.provisional,
+	}
+	return v, nil
+}
+
+// Variant is VARIANT_SNP.
+func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_SNP }
+
+// Validate verifies SNP evidence bound to binding. rt is unused: SNP needs
+// no challenge. The checks run in this order; the first failure ends
+// validation with a *attest.Refusal carrying the reason in brackets:
+//
+//  1. Decode [MALFORMED]: at most MaxEvidenceSize bytes; an SNPEvidence
+//     message without unknown fields; a report of exactly 1184 bytes that
+//     go-sev-guest's abi parses (version 2-5, reserved bits zero, valid
+//     guest policy encoding, ECDSA P-384 signature, signed by a VCEK or
+//     VLEK); a certificate table of at most MaxCertTableSize bytes whose
+//     entries lie inside it and name the signing key at most once.
+//  2. Endorsement key [COLLATERAL_MISSING]: the VCEK or VLEK certificate
+//     from the report's certificate table, else (VCEK only) the Collateral
+//     entry for the report's CHIP_ID and REPORTED_TCB. The refusal names
+//     both, so the operator knows what to fetch.
+//  3. Chain [UNTRUSTED_CHAIN]: VCEK -> ASK (VLEK -> ASVK) -> ARK, checked
+//     by go-sev-guest's verify.SnpAttestation against the policy's trusted
+//     roots (AMD's Milan, Genoa and Turin roots by default) at the current
+//     time, with the KDS certificate profile; and the certificate belongs
+//     to the report: same key kind, HWID equal to CHIP_ID (unless the host
+//     masks it), TCB equal to REPORTED_TCB. A verified chain is cached by
+//     the SHA-256 of the certificate until its earliest expiry.
+//  4. Signature [BAD_SIGNATURE]: the report's ECDSA P-384 signature by the
+//     certified key (go-sev-guest's verify.SnpReportSignature).
+//  5. Binding [BINDING_MISMATCH]: REPORT_DATA is binding followed by 32
+//     zero bytes.
+//  6. Measurement [MEASUREMENT_NOT_ALLOWED]: MEASUREMENT is listed in
+//     Policy.Measurements.
+//  7. Debug [DEBUG_POLICY]: the guest policy's DEBUG bit is clear.
+//  8. Guest policy and identity [GUEST_POLICY_MISMATCH]: MIGRATE_MA clear
+//     unless AllowMigrationAgent; CXL_ALLOW clear unless AllowCXL; SMT as
+//     Policy.SMT says; ID_KEY_DIGEST, AUTHOR_KEY_DIGEST (with
+//     AUTHOR_KEY_EN), FAMILY_ID, IMAGE_ID and HOST_DATA listed when the
+//     policy lists any.
+//  9. VMPL [VMPL_MISMATCH]: the report's VMPL is in Policy.VMPLs.
+//  10. TCB [TCB_TOO_OLD]: go-sev-guest's validate.SnpAttestation: every
+//     REPORTED_TCB component at least Policy.MinimumTCB, GUEST_SVN at
+//     least MinimumGuestSVN, and committed firmware equal to the current
+//     one unless PermitProvisionalFirmware.
+//
+// A binding that is not attest.BindingSize bytes is a caller error
+// (reason INTERNAL).
+func (v *Validator) Validate(ctx context.Context, evidence, binding []byte, _ attest.RoundTrip) (*attest.Verified, error) {
+	if len(binding) != attest.BindingSize {
+		return nil, fmt.Errorf("snp: binding is %d bytes, want %d", len(binding), attest.BindingSize)
+	}
+	ev, err := DecodeEvidence(evidence)
+	if err != nil {
+		return nil, err
+	}
+	der, err := v.endorsementDER(ctx, ev)
+	if err != nil {
+		return nil, err
+	}
+	e, err := v.checkEndorsement(ctx, ev, der)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.checkReport(ev, der, binding); err != nil {
+		return nil, err
+	}
+	return v.verified(evidence, ev, e), nil
+}
+
+// checkReport runs checks 5 to 10 on a report whose signature verified.
+func (v *Validator) checkReport(ev *Evidence, der, binding []byte) error {
+	r := ev.Report
+	if err := checkBinding(r, binding); err != nil {
+		return err
+	}
+	if !v.c.measurements.has(r.GetMeasurement()) {
+		return attest.Refuse(latchkeyv1.Reason_MEASUREMENT_NOT_ALLOWED,
+			"measurement %s is not in the policy", hex.EncodeToString(r.GetMeasurement()))
+	}
+	gp, err := abi.ParseSnpPolicy(r.GetPolicy())
+	if err != nil {
+		return malformed("guest policy: %w", err)
+	}
+	if gp.Debug {
+		return attest.Refuse(latchkeyv1.Reason_DEBUG_POLICY, "guest policy %#x allows debugging", r.GetPolicy())
+	}
+	if err := v.checkGuestPolicy(ev, gp); err != nil {
+		return err
+	}
+	if err := v.checkIdentity(ev); err != nil {
+		return err
+	}
+	if vmpl := r.GetVmpl(); vmpl > 3 || !v.c.vmpls[vmpl] {
+		return attest.Refuse(latchkeyv1.Reason_VMPL_MISMATCH, "report is from VMPL %d, policy accepts %v", r.GetVmpl(), v.vmplList())
+	}
+	return v.checkTCB(ev, der)
+}
+
+func checkBinding(r *spb.Report, binding []byte) error {
+	data := r.GetReportData()
+	if !bytes.Equal(data[:attest.BindingSize], binding) || !allZero(data[attest.BindingSize:]) {
+		return attest.Refuse(latchkeyv1.Reason_BINDING_MISMATCH,
+			"REPORT_DATA is not this session's binding followed by zeros")
+	}
+	return nil
+}
+
+func (v *Validator) checkGuestPolicy(ev *Evidence, gp abi.SnpPolicy) error {
+	switch {
+	case gp.MigrateMA && !v.c.allowMA:
+		return policyMismatch("guest policy allows a migration agent")
+	case gp.CXLAllowed && !v.c.allowCXL:
+		return policyMismatch("guest policy allows CXL")
+	}
+	// Unknown platform info bits from newer firmware are not an error here;
+	// only SMT_EN matters.
+	info, _ := abi.ParseSnpPlatformInfo(ev.Report.GetPlatformInfo())
+	if info.SMTEnabled && v.c.smt != SMTAllowed {
+		return policyMismatch("host runs with SMT enabled and the policy forbids it")
+	}
+	return nil
+}
+
+func (v *Validator) checkIdentity(ev *Evidence) error {
+	r := ev.Report
+	fields := []struct {
+		set   byteSet
+		value []byte
+		name  string
+	}{
+		{v.c.idKeys, r.GetIdKeyDigest(), "ID_KEY_DIGEST"},
+		{v.c.authorKeys, r.GetAuthorKeyDigest(), "AUTHOR_KEY_DIGEST"},
+		{v.c.familyIDs, r.GetFamilyId(), "FAMILY_ID"},
+		{v.c.imageIDs, r.GetImageId(), "IMAGE_ID"},
+		{v.c.hostData, r.GetHostData(), "HOST_DATA"},
+	}
+	for _, f := range fields {
+		if f.set != nil && !f.set.has(f.value) {
+			return policyMismatch("%s %s is not in the policy", f.name, hex.EncodeToString(f.value))
+		}
+	}
+	if v.c.authorKeys != nil && !ev.Signer.AuthorKeyEn {
+		return policyMismatch("policy lists author keys and AUTHOR_KEY_EN is clear")
+	}
+	return nil
+}
+
+// checkTCB runs go-sev-guest's field validation with only the TCB, SVN
+// and firmware options set (check 10).
+func (v *Validator) checkTCB(ev *Evidence, der []byte) error {
+	chain := &spb.CertificateChain{}
+	if ev.Signer.SigningKey == abi.VlekReportSigner {
+		chain.VlekCert = der
+	} else {
+		chain.VcekCert = der
+	}
+	opts := v.tcbCheck
+	if err := validate.SnpAttestation(&spb.Attestation{Report: ev.Report, CertificateChain: chain}, &opts); err != nil {
+		return attest.Refuse(latchkeyv1.Reason_TCB_TOO_OLD, "%w", err)
+	}
+	return nil
+}
+
+func (v *Validator) vmplList() []int {
+	var out []int
+	for i, ok := range v.c.vmpls {
+		if ok {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (v *Validator) verified(evidence []byte, ev *Evidence, e *endorsement) *attest.Verified {
+	r := ev.Report
+	gp, _ := abi.ParseSnpPolicy(r.GetPolicy())
+	st := &State{
+		ProductLine:        e.productLine,
+		SigningKey:         ev.Signer.SigningKey.String(),
+		ReportVersion:      r.GetVersion(),
+		ChipID:             r.GetChipId(),
+		Measurement:        r.GetMeasurement(),
+		ReportedTCB:        TCBFromVersion(r.GetReportedTcb()),
+		ReportedTCBVersion: r.GetReportedTcb(),
+		GuestSVN:           r.GetGuestSvn(),
+		GuestPolicy:        gp,
+		VMPL:               r.GetVmpl(),
+		PlatformInfo:       r.GetPlatformInfo(),
+		HostData:           r.GetHostData(),
+		FamilyID:           r.GetFamilyId(),
+		ImageID:            r.GetImageId(),
+		IDKeyDigest:        r.GetIdKeyDigest(),
+		AuthorKeyDigest:    r.GetAuthorKeyDigest(),
+		ReportID:           r.GetReportId(),
+	}
+	return &attest.Verified{
+		Variant:        latchkeyv1.Variant_VARIANT_SNP,
+		EvidenceDigest: attest.EvidenceDigest(evidence),
+		Identity:       identity(r.GetChipId()),
+		State:          st,
+	}
+}
+
+// State is the verified machine state of an SNP join (attest.Verified's
+// State). Every field comes from a report whose signature, chain and
+// policy checks passed.
+type State struct {
+	// ProductLine is Milan, Genoa or Turin.
+	ProductLine string
+	// SigningKey is "VCEK" or "VLEK".
+	SigningKey         string
+	ReportVersion      uint32
+	ChipID             []byte
+	Measurement        []byte
+	ReportedTCB        TCB
+	ReportedTCBVersion uint64
+	GuestSVN           uint32
+	GuestPolicy        abi.SnpPolicy
+	VMPL               uint32
+	PlatformInfo       uint64
+	HostData           []byte
+	FamilyID           []byte
+	ImageID            []byte
+	IDKeyDigest        []byte
+	AuthorKeyDigest    []byte
+	ReportID           []byte
+}
+
+// identity names a chip for humans: "chip:" and the first 8 bytes of
+// CHIP_ID in hex, or "chip:masked" when the host masks it.
+func identity(chipID []byte) string {
+	if allZero(chipID) || len(chipID) < 8 {
+		return "chip:masked"
+	}
+	return "chip:" + hex.EncodeToString(chipID[:8])
+}
+
+// endorsementDER returns the signing key's certificate (check 2).
+func (v *Validator) endorsementDER(ctx context.Context, ev *Evidence) ([]byte, error) {
+	if ev.Endorsement != nil {
+		return ev.Endorsement, nil
+	}
+	r := ev.Report
+	if ev.Signer.SigningKey == abi.VlekReportSigner {
+		return nil, missing("report is signed by a VLEK and its certificate table has no VLEK certificate (a VLEK comes only from the host)")
+	}
+	if allZero(r.GetChipId()) {
+		return nil, missing("report has no VCEK certificate and its CHIP_ID is masked, so no cached VCEK can be found")
+	}
+	need := describeVCEK(reportProductLine(r), r.GetChipId(), r.GetReportedTcb())
+	if v.coll == nil {
+		return nil, missing("no VCEK certificate in the report and no collateral cache configured; need %s", need)
+	}
+	der, err := v.coll.VCEK(ctx, reportProductLine(r), r.GetChipId(), r.GetReportedTcb())
+	if errors.Is(err, ErrCollateralMissing) {
+		return nil, missing("no VCEK certificate in the report or the collateral cache; need %s", need)
+	}
+	if err != nil {
+		return nil, attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "collateral cache: %w", err)
+	}
+	return der, nil
+}
+
+// describeVCEK names the VCEK a report needs, in the terms of
+// `latchkey-verifier collateral fetch`.
+func describeVCEK(productLine string, chipID []byte, tcb uint64) string {
+	if productLine == "" {
+		productLine = "unknown product line (report version 2)"
+	}
+	p := kds.DecomposeTCBVersion(kds.TCBVersion(tcb))
+	return fmt.Sprintf("VCEK for %s chip ID %s at TCB %#016x (bootloader %d, tee %d, snp %d, microcode %d)",
+		productLine, hex.EncodeToString(chipID), tcb, p.BlSpl, p.TeeSpl, p.SnpSpl, p.UcodeSpl)
+}
+
+func missing(format string, args ...any) error {
+	return attest.Refuse(latchkeyv1.Reason_COLLATERAL_MISSING, format, args...)
+}
+
+func policyMismatch(format string, args ...any) error {
+	return attest.Refuse(latchkeyv1.Reason_GUEST_POLICY_MISMATCH, format, args...)
+}

@@ -1,0 +1,156 @@
+package tpm_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"math/big"
+	"testing"
+	"time"
+
+	"github.com/google/go-tpm/tpm2"
+
+	"github.com/latchkey/latchkey/attest/tpm"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// crafted is evidence made in software, as an attacker without a TPM
+// would: a software ECDSA key posing as the AK signs a hand-built quote.
+type crafted struct {
+	key      *ecdsa.PrivateKey
+	akPublic []byte
+	akHash   string
+}
+
+func newCrafted(t testing.TB, restricted bool) *crafted {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(der)
+	return &crafted{key: k, akPublic: akPublicOf(k, restricted), akHash: "sha256:" + hex.EncodeToString(sum[:])}
+}
+
+// craftedAKPublic is the public area of a fresh software key.
+func craftedAKPublic(t testing.TB, restricted bool) []byte {
+	return newCrafted(t, restricted).akPublic
+}
+
+func akPublicOf(k *ecdsa.PrivateKey, restricted bool) []byte {
+	raw, _ := k.PublicKey.Bytes() // 0x04 || X || Y
+	return tpm2.Marshal(tpm2.TPMTPublic{
+		Type:    tpm2.TPMAlgECC,
+		NameAlg: tpm2.TPMAlgSHA256,
+		ObjectAttributes: tpm2.TPMAObject{
+			FixedTPM: true, FixedParent: true, SensitiveDataOrigin: true,
+			UserWithAuth: true, Restricted: restricted, SignEncrypt: true,
+		},
+		Parameters: tpm2.NewTPMUPublicParms(tpm2.TPMAlgECC, &tpm2.TPMSECCParms{
+			Symmetric: tpm2.TPMTSymDefObject{Algorithm: tpm2.TPMAlgNull},
+			Scheme: tpm2.TPMTECCScheme{Scheme: tpm2.TPMAlgECDSA, Details: tpm2.NewTPMUAsymScheme(
+				tpm2.TPMAlgECDSA, &tpm2.TPMSSigSchemeECDSA{HashAlg: tpm2.TPMAlgSHA256})},
+			CurveID: tpm2.TPMECCNistP256,
+			KDF:     tpm2.TPMTKDFScheme{Scheme: tpm2.TPMAlgNull},
+		}),
+		Unique: tpm2.NewTPMUPublicID(tpm2.TPMAlgECC, &tpm2.TPMSECCPoint{
+			X: tpm2.TPM2BECCParameter{Buffer: raw[1:33]},
+			Y: tpm2.TPM2BECCParameter{Buffer: raw[33:]},
+		}),
+	})
+}
+
+// evidence builds a quote of PCR 0 (all zeros) carrying binding, signed
+// by the crafted key.
+func (c *crafted) evidence(t testing.TB, binding []byte) []byte {
+	t.Helper()
+	pcr0 := make([]byte, 32)
+	digest := sha256.Sum256(pcr0)
+	quote := tpm2.Marshal(tpm2.TPMSAttest{
+		Magic:     tpm2.TPMGeneratedValue,
+		Type:      tpm2.TPMSTAttestQuote,
+		ExtraData: tpm2.TPM2BData{Buffer: binding},
+		Attested: tpm2.NewTPMUAttest(tpm2.TPMSTAttestQuote, &tpm2.TPMSQuoteInfo{
+			PCRSelect: tpm2.TPMLPCRSelection{PCRSelections: []tpm2.TPMSPCRSelection{
+				{Hash: tpm2.TPMAlgSHA256, PCRSelect: []byte{1, 0, 0}},
+			}},
+			PCRDigest: tpm2.TPM2BDigest{Buffer: digest[:]},
+		}),
+	})
+	h := sha256.Sum256(quote)
+	r, s, err := ecdsa.Sign(rand.Reader, c.key, h[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := tpm2.Marshal(tpm2.TPMTSignature{
+		SigAlg: tpm2.TPMAlgECDSA,
+		Signature: tpm2.NewTPMUSignature(tpm2.TPMAlgECDSA, &tpm2.TPMSSignatureECC{
+			Hash:       tpm2.TPMAlgSHA256,
+			SignatureR: tpm2.TPM2BECCParameter{Buffer: r.Bytes()},
+			SignatureS: tpm2.TPM2BECCParameter{Buffer: s.Bytes()},
+		}),
+	})
+	return mustMarshal(t, &latchkeyv1.TPMEvidence{
+		AkPublic: c.akPublic, Quote: quote, Signature: sig, Pcrs: map[uint32][]byte{0: pcr0},
+	})
+}
+
+// The crafted evidence passes when its key is pinned and restricted (so
+// the refusal below is due to the attribute alone), and is refused as
+// UNTRUSTED_AK when the key is not restricted: a non-restricted key signs
+// any digest, so its "quote" proves nothing.
+func TestAKWithoutRestrictedAttributeIsRefused(t *testing.T) {
+	for _, restricted := range []bool{true, false} {
+		c := newCrafted(t, restricted)
+		binding := newBinding(t)
+		v := newValidator(t, tpm.Policy{AKPublicKeyHashes: []string{c.akHash}})
+		_, err := v.Validate(context.Background(), c.evidence(t, binding), binding, noRoundTrip(t))
+		want := latchkeyv1.Reason_UNTRUSTED_AK
+		if restricted {
+			want = latchkeyv1.Reason_REASON_UNSPECIFIED
+		}
+		wantReason(t, err, want)
+	}
+}
+
+// An unpinned AK without EK is refused before any round trip.
+func TestUnpinnedAKWithoutEKIsRefused(t *testing.T) {
+	c := newCrafted(t, true)
+	binding := newBinding(t)
+	v := newValidator(t, tpm.Policy{AKPublicKeyHashes: []string{newCrafted(t, true).akHash}})
+	_, err := v.Validate(context.Background(), c.evidence(t, binding), binding, noRoundTrip(t))
+	wantReason(t, err, latchkeyv1.Reason_UNTRUSTED_AK)
+}
+
+// otherCAPEM is a self-signed CA that issued no EK certificate here.
+func otherCAPEM(t testing.TB) string {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "untrusted ek ca"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}

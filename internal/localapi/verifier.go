@@ -1,0 +1,71 @@
+package localapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"regexp"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/latchkey/latchkey/internal/peercred"
+	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
+)
+
+// tokenID is the kubeadm bootstrap token ID syntax.
+var tokenID = regexp.MustCompile(`^[a-z0-9]{6}$`)
+
+type verifierServer struct {
+	adminv1.UnimplementedVerifierAdminServer
+	tokens   Tokens
+	policies PolicyChecker
+	log      *slog.Logger
+}
+
+var errDiskOnly = status.Error(codes.FailedPrecondition,
+	"this verifier mints no tokens (disk-only mode: no Kubernetes configured)")
+
+func (v *verifierServer) ListTokens(ctx context.Context, _ *adminv1.ListTokensRequest) (*adminv1.ListTokensResponse, error) {
+	if v.tokens == nil {
+		return nil, errDiskOnly
+	}
+	ts, err := v.tokens.List(ctx)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "list tokens: %v", err)
+	}
+	return &adminv1.ListTokensResponse{Tokens: ts}, nil
+}
+
+func (v *verifierServer) RevokeToken(ctx context.Context, req *adminv1.RevokeTokenRequest) (*adminv1.RevokeTokenResponse, error) {
+	if v.tokens == nil {
+		return nil, errDiskOnly
+	}
+	if !tokenID.MatchString(req.GetId()) {
+		return nil, status.Error(codes.InvalidArgument, "token ID must be 6 characters [a-z0-9]")
+	}
+	err := v.tokens.Revoke(ctx, req.GetId())
+	switch {
+	case errors.Is(err, ErrTokenNotFound):
+		return nil, status.Errorf(codes.NotFound, "no bootstrap token %s", req.GetId())
+	case err != nil:
+		return nil, status.Errorf(codes.Unavailable, "revoke token %s: %v", req.GetId(), err)
+	}
+	c, _ := peercred.FromContext(ctx)
+	v.log.InfoContext(ctx, "bootstrap token revoked by admin", "token_id", req.GetId(), "uid", c.UID, "pid", c.PID)
+	return &adminv1.RevokeTokenResponse{}, nil
+}
+
+func (v *verifierServer) CheckPolicy(ctx context.Context, req *adminv1.CheckPolicyRequest) (*adminv1.CheckPolicyResponse, error) {
+	if v.policies == nil {
+		return nil, status.Error(codes.Unimplemented, "this server checks no policies")
+	}
+	if n := len(req.GetPolicy()); n == 0 || n > MaxPolicySize {
+		return nil, status.Errorf(codes.InvalidArgument, "policy is %d bytes, want 1 to %d", n, MaxPolicySize)
+	}
+	digest, err := v.policies.Check(ctx, req.GetPolicy())
+	if err != nil {
+		return &adminv1.CheckPolicyResponse{Valid: false, Error: err.Error()}, nil
+	}
+	return &adminv1.CheckPolicyResponse{Valid: true, Digest: digest}, nil
+}

@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# Checks latchkey's systemd units and image kit the way systemd and an
+# image builder will meet them:
+#   1. `systemd-analyze verify` on every unit in units/ (it exits 0 on
+#      unknown keys and bad values, so any stderr output fails the check);
+#   2. `systemd-analyze security --offline=true`: the verifier's exposure
+#      must be at most 2.0 (the agent's at most 5.0, a regression guard);
+#   3. image/mkosi.conf.d/latchkey/mkosi.extra is what install.sh makes;
+#   4. install.sh without systemctl enables exactly what systemctl does;
+#   5. a minimal Debian root (debootstrap, cached) gets image/install.sh,
+#      then `systemd-analyze verify --root=DIR` on the installed units and
+#      drop-ins and `systemctl --root=DIR is-enabled` for each unit.
+#
+#   scripts/check-units.sh
+#
+# Env: LATCHKEY_CACHE_DIR (default <repo>/.cache; the Debian root is cached
+# in its rootfs-minbase/), LATCHKEY_BIN_DIR (prebuilt binaries; default:
+# go build them, or placeholders while the mains do not exist),
+# LATCHKEY_DEBIAN_MIRROR, LATCHKEY_DEBIAN_SUITE (default bookworm).
+# Needs root (debootstrap, unshare); installs debootstrap with apt-get when
+# missing. Ends with "N passed, N failed".
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${LATCHKEY_CACHE_DIR:-$REPO/.cache}
+ROOTFS=$CACHE/rootfs-minbase
+SUITE=${LATCHKEY_DEBIAN_SUITE:-bookworm}
+MIRROR=${LATCHKEY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+ROOTFS_KEY="debootstrap --variant=minbase --include=systemd $SUITE $MIRROR"
+VERIFIER_MAX=2.0
+AGENT_MAX=5.0
+UNITS=(latchkey-agent.service latchkey-verifier.service latchkey-verifier.socket)
+ENABLED=(latchkey-agent.service latchkey-verifier.service latchkey-verifier.socket)
+
+PASSED=0
+FAILED=0
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/check-units.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+pass() { PASSED=$((PASSED + 1)); echo "ok    $*"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL  $*"; }
+die() { echo "check-units: $*" >&2; exit 1; }
+
+# quiet_ok NAME CMD...: passes when CMD exits 0 and prints nothing on stderr.
+quiet_ok() {
+  local name=$1 err=$WORK/stderr
+  shift
+  if "$@" 2>"$err" >/dev/null && [[ ! -s $err ]]; then
+    pass "$name"
+  else
+    fail "$name"
+    sed 's/^/      /' "$err"
+  fi
+}
+
+need() {
+  local cmd=$1 pkg=$2
+  command -v "$cmd" >/dev/null && return 0
+  echo "check-units: installing $pkg"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null; } ||
+    die "cannot install $pkg"
+}
+
+# binaries puts latchkey-agent and latchkey-verifier into $WORK/bin.
+binaries() {
+  local bin=$WORK/bin
+  mkdir -p "$bin"
+  if [[ -n ${LATCHKEY_BIN_DIR:-} ]]; then
+    cp "$LATCHKEY_BIN_DIR"/latchkey-agent "$LATCHKEY_BIN_DIR"/latchkey-verifier "$bin"/
+  elif compgen -G "$REPO/agent/cmd/latchkey-agent/*.go" >/dev/null &&
+    compgen -G "$REPO/verifier/cmd/latchkey-verifier/*.go" >/dev/null; then
+    (cd "$REPO" && go build -o "$bin"/ ./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier)
+  else
+    echo "NOTE  the mains do not exist yet: checking with placeholder executables"
+    printf '#!/bin/sh\nexit 0\n' >"$bin/latchkey-agent"
+    cp "$bin/latchkey-agent" "$bin/latchkey-verifier"
+    chmod 0755 "$bin"/*
+  fi
+}
+
+# 1. Every unit in units/, against the host's systemd. ExecStart= must
+# exist: a private mount namespace lays the binaries over /usr/bin.
+check_verify() {
+  local u
+  for u in "${UNITS[@]}"; do
+    quiet_ok "systemd-analyze verify units/$u" unshare --mount -- sh -c \
+      'mount -t overlay overlay -o lowerdir="$1":/usr/bin /usr/bin && cd "$2" && systemd-analyze verify "$3"' \
+      sh "$WORK/bin" "$REPO/units" "$u"
+  done
+}
+
+# exposure UNITFILE prints the overall exposure systemd-analyze rates.
+exposure() {
+  systemd-analyze security --offline=true --no-pager "$1" 2>&1 |
+    sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p'
+}
+
+check_security() {
+  local unit=$1 max=$2 score
+  score=$(exposure "$REPO/units/$unit")
+  if [[ -z $score ]]; then
+    fail "systemd-analyze security $unit: no score"
+  elif awk -v s="$score" -v m="$max" 'BEGIN { exit !(s <= m) }'; then
+    pass "systemd-analyze security $unit: exposure $score (max $max)"
+  else
+    fail "systemd-analyze security $unit: exposure $score > $max"
+    systemd-analyze security --offline=true --no-pager "$REPO/units/$unit" 2>&1 | grep '✗' | sed 's/^/      /'
+  fi
+}
+
+# 3. The committed mkosi.extra equals a fresh install.sh run.
+check_mkosi_extra() {
+  local fresh=$WORK/mkosi.extra
+  mkdir -p "$fresh"
+  "$REPO/image/install.sh" --root "$fresh" --no-binaries >/dev/null
+  if diff -r --no-dereference "$fresh" "$REPO/image/mkosi.conf.d/latchkey/mkosi.extra" >"$WORK/diff"; then
+    pass "image/mkosi.conf.d/latchkey/mkosi.extra is up to date"
+  else
+    fail "image/mkosi.conf.d/latchkey/mkosi.extra is stale; run: image/install.sh --root image/mkosi.conf.d/latchkey/mkosi.extra --no-binaries"
+    sed 's/^/      /' "$WORK/diff"
+  fi
+}
+
+# 4. Builders without systemctl get the same enablement symlinks.
+check_enable_by_hand() {
+  local with=$WORK/with-systemctl without=$WORK/without-systemctl fake=$WORK/fakebin t
+  mkdir -p "$with" "$without" "$fake"
+  for t in bash dirname sed mkdir install ln; do ln -s "$(command -v "$t")" "$fake/$t"; done
+  "$REPO/image/install.sh" --root "$with" --no-binaries --role all >/dev/null
+  PATH=$fake "$REPO/image/install.sh" --root "$without" --no-binaries --role all >/dev/null
+  if diff -r --no-dereference "$with/etc/systemd" "$without/etc/systemd" >"$WORK/diff"; then
+    pass "install.sh enables the same units without systemctl"
+  else
+    fail "install.sh without systemctl enables differently"
+    sed 's/^/      /' "$WORK/diff"
+  fi
+}
+
+# rootfs makes (once) the cached minimal Debian root.
+rootfs() {
+  if [[ -f $ROOTFS/.latchkey-rootfs && $(cat "$ROOTFS/.latchkey-rootfs") == "$ROOTFS_KEY" ]]; then
+    return 0
+  fi
+  need debootstrap debootstrap
+  echo "check-units: building $ROOTFS ($ROOTFS_KEY), a few minutes"
+  rm -rf "$ROOTFS" "$ROOTFS.tmp"
+  mkdir -p "$CACHE"
+  debootstrap --variant=minbase --include=systemd "$SUITE" "$ROOTFS.tmp" "$MIRROR" >"$CACHE/rootfs-minbase.log" 2>&1 ||
+    die "debootstrap failed, see $CACHE/rootfs-minbase.log"
+  echo "$ROOTFS_KEY" >"$ROOTFS.tmp/.latchkey-rootfs"
+  mv "$ROOTFS.tmp" "$ROOTFS"
+}
+
+# stub_unit ROOT NAME: a stand-in for kubelet/containerd (not in Debian's
+# minimal root) so their latchkey drop-ins load and get verified.
+stub_unit() {
+  cat >"$1/usr/lib/systemd/system/$2" <<STUB
+# check-units.sh test stand-in, never shipped
+[Unit]
+Description=stand-in for $2
+
+[Service]
+ExecStart=/bin/true
+
+[Install]
+WantedBy=multi-user.target
+STUB
+}
+
+# 5. install.sh into a copy of the Debian root, then verify there.
+check_installed() {
+  local root=$WORK/root u state
+  rootfs
+  cp -a "$ROOTFS" "$root"
+  stub_unit "$root" kubelet.service
+  stub_unit "$root" containerd.service
+  if "$REPO/image/install.sh" --root "$root" --bin-dir "$WORK/bin" --role all >"$WORK/install.log" 2>&1; then
+    pass "image/install.sh --root DIR --role all"
+  else
+    fail "image/install.sh --root DIR --role all"
+    sed 's/^/      /' "$WORK/install.log"
+    return
+  fi
+  for u in "${UNITS[@]}" kubelet.service containerd.service; do
+    quiet_ok "systemd-analyze verify --root=DIR $u" systemd-analyze verify --root="$root" "$u"
+  done
+  for u in kubelet containerd; do
+    if systemctl --root="$root" cat "$u.service" 2>/dev/null | grep -q '^Requisite=latchkey-agent.service'; then
+      pass "$u.service carries the latchkey drop-in"
+    else
+      fail "$u.service does not carry the latchkey drop-in"
+    fi
+  done
+  for u in "${ENABLED[@]}"; do
+    state=$(systemctl --root="$root" is-enabled "$u" 2>&1 || true)
+    if [[ $state == enabled ]]; then pass "systemctl --root=DIR is-enabled $u"; else fail "systemctl --root=DIR is-enabled $u: $state"; fi
+  done
+}
+
+main() {
+  [[ $(id -u) == 0 ]] || die "run as root (debootstrap, unshare)"
+  command -v systemd-analyze >/dev/null || die "systemd-analyze not found (apt-get install systemd)"
+  binaries
+  check_verify
+  check_security latchkey-verifier.service "$VERIFIER_MAX"
+  check_security latchkey-agent.service "$AGENT_MAX"
+  check_mkosi_extra
+  check_enable_by_hand
+  check_installed
+  echo "check-units: $PASSED passed, $FAILED failed"
+  ((FAILED == 0))
+}
+
+main "$@"

@@ -1,0 +1,227 @@
+# shellcheck shell=bash
+# Guest image builder for scripts/e2e-vm.sh (sourced, not executed).
+#
+# Everything comes from Debian packages: the cloud kernel (unpacked with
+# dpkg-deb, never installed on the host), a debootstrap minbase root file
+# system, and an initrd whose only program is latchkey-vmguest (a static Go
+# init, scripts/vm/vmguest). Every artefact is cached under
+# $VM_CACHE/<name>-<key>, where the key hashes the artefact's inputs, and is
+# built in a temporary folder that is renamed into place only on success,
+# so an interrupted build never leaves a half artefact that looks done.
+#
+# Callers set REPO (the repository root) and VM_CACHE before sourcing.
+
+VM_SUITE=${LATCHKEY_VM_SUITE:-bookworm}
+VM_MIRROR=${LATCHKEY_VM_MIRROR:-http://deb.debian.org/debian}
+VM_KERNEL_META=linux-image-cloud-amd64
+# The guest's Debian packages. cryptsetup-bin for luksFormat/open, kmod so
+# the kernel can load dm-crypt on demand, iproute2 for debugging the link.
+VM_ROOTFS_PACKAGES=systemd,systemd-sysv,udev,cryptsetup-bin,e2fsprogs,kmod,iproute2
+# The initrd's modules, in load order: just enough to see the virtio disks.
+VM_INITRD_MODULES=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci virtio_blk)
+# Host tools the builder and the boot harness need, by Debian package.
+VM_HOST_PACKAGES=(qemu-system-x86 swtpm swtpm-tools gnutls-bin debootstrap socat cpio e2fsprogs kmod)
+VM_ROOT_SIZE=${LATCHKEY_VM_ROOT_SIZE:-1536M}
+
+log() { printf '%s e2e-vm: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# safe_rm DIR: removes a build folder, first unmounting anything a killed
+# debootstrap left mounted below it (proc, sys, a bind-mounted /dev), and
+# never crossing into another file system.
+safe_rm() {
+  local dir m
+  [[ -e $1 ]] || return 0
+  dir=$(realpath "$1")
+  while read -r m; do
+    umount -l "$m" 2>/dev/null || true
+  done < <(awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r)
+  rm -rf --one-file-system "$dir"
+}
+
+# sha256 of its arguments and stdin, shortened for folder names.
+key_of() { { printf '%s\n' "$@"; cat; } | sha256sum | cut -c1-16; }
+
+# tree_hash DIR...: a hash over the paths, modes and contents of the files
+# below each DIR, so an edited guest file rebuilds the image.
+tree_hash() {
+  local d
+  for d in "$@"; do
+    (cd "$d" && find . -type f -printf '%p %m\n' | LC_ALL=C sort &&
+      find . -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum)
+  done | sha256sum | cut -c1-16
+}
+
+# apt_install PKG...: installs the missing packages, waiting for a dpkg lock
+# held by another apt run instead of failing.
+apt_install() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
+  log "installing host packages: ${missing[*]}"
+  apt_update_once
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -q \
+    --no-install-recommends "${missing[@]}" >&2 || die "apt-get install ${missing[*]} failed"
+}
+
+APT_UPDATED=0
+apt_update_once() {
+  ((APT_UPDATED)) && return 0
+  apt-get -o DPkg::Lock::Timeout=900 update -q >&2 || die "apt-get update failed"
+  APT_UPDATED=1
+}
+
+ensure_host_tools() {
+  [[ $(id -u) == 0 ]] || die "run as root: debootstrap, mkfs.ext4 -d with device nodes and apt-get need it"
+  apt_install "${VM_HOST_PACKAGES[@]}"
+  command -v go >/dev/null || die "go not found in PATH"
+}
+
+# kernel_package prints the versioned kernel package the meta package
+# points at (e.g. linux-image-6.1.0-57-cloud-amd64) and its version.
+kernel_package() {
+  local pkg ver
+  pkg=$(apt-cache depends "$VM_KERNEL_META" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
+  if [[ -z $pkg ]]; then
+    apt_update_once
+    pkg=$(apt-cache depends "$VM_KERNEL_META" | awk '/Depends: linux-image-/ {print $2; exit}')
+  fi
+  [[ -n $pkg ]] || die "cannot resolve $VM_KERNEL_META"
+  ver=$(apt-cache show --no-all-versions "$pkg" | awk '/^Version:/ {print $2; exit}')
+  printf '%s %s\n' "$pkg" "$ver"
+}
+
+# build_kernel sets KERNEL_DIR (vmlinuz, lib/modules/KVER) and KVER.
+build_kernel() {
+  local pkg ver tmp
+  read -r pkg ver < <(kernel_package)
+  KERNEL_DIR=$VM_CACHE/kernel-${pkg#linux-image-}-$ver
+  if [[ ! -f $KERNEL_DIR/.done ]]; then
+    log "kernel: fetching $pkg $ver"
+    tmp=$(mktemp -d "$VM_CACHE/.kernel.XXXXXX")
+    if ! (cd "$tmp" && apt-get -o APT::Sandbox::User=root download "$pkg=$ver" >&2); then
+      apt_update_once
+      (cd "$tmp" && apt-get -o APT::Sandbox::User=root download "$pkg=$ver" >&2) || die "apt-get download $pkg failed"
+    fi
+    dpkg-deb -x "$tmp"/*.deb "$tmp/x"
+    mkdir -p "$tmp/out"
+    mv "$tmp"/x/boot/vmlinuz-* "$tmp/out/vmlinuz"
+    mv "$tmp/x/lib" "$tmp/out/lib"
+    depmod -b "$tmp/out" "$(basename "$tmp"/out/lib/modules/*)"
+    touch "$tmp/out/.done"
+    safe_rm "$KERNEL_DIR"
+    mv "$tmp/out" "$KERNEL_DIR"
+    safe_rm "$tmp"
+  fi
+  KVER=$(basename "$KERNEL_DIR"/lib/modules/*)
+}
+
+# build_rootfs sets ROOTFS_DIR to a cached debootstrap minbase tree.
+build_rootfs() {
+  local key tmp t0
+  key=$(key_of "$VM_SUITE" "$VM_MIRROR" "$VM_ROOTFS_PACKAGES" rootfs-v1 </dev/null)
+  ROOTFS_DIR=$VM_CACHE/rootfs-$VM_SUITE-$key
+  [[ -f $ROOTFS_DIR/.done ]] && return 0
+  log "rootfs: debootstrap $VM_SUITE minbase (a few minutes, cached afterwards)"
+  t0=$SECONDS
+  for tmp in "$VM_CACHE"/.rootfs.*; do safe_rm "$tmp"; done
+  tmp=$(mktemp -d "$VM_CACHE/.rootfs.XXXXXX")
+  debootstrap --variant=minbase --include="$VM_ROOTFS_PACKAGES" \
+    "$VM_SUITE" "$tmp/root" "$VM_MIRROR" >"$tmp/debootstrap.log" 2>&1 ||
+    { tail -20 "$tmp/debootstrap.log" >&2; die "debootstrap failed (log: $tmp/debootstrap.log)"; }
+  safe_rm "$tmp"/root/var/cache/apt/archives/*.deb "$tmp"/root/var/lib/apt/lists/*_Packages
+  touch "$tmp/.done"
+  safe_rm "$ROOTFS_DIR"
+  mv "$tmp" "$ROOTFS_DIR"
+  log "rootfs: built in $((SECONDS - t0)) s"
+}
+
+# build_vmguest sets VMGUEST_BIN to the static guest helper, cached by the
+# hash of its sources and the Go version.
+build_vmguest() {
+  local key
+  key=$( (go version; tree_hash "$REPO/scripts/vm/vmguest"; cat "$REPO/go.sum") | key_of vmguest)
+  VMGUEST_BIN=$VM_CACHE/vmguest-$key/latchkey-vmguest
+  [[ -x $VMGUEST_BIN ]] && return 0
+  mkdir -p "${VMGUEST_BIN%/*}"
+  (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' \
+    -o "$VMGUEST_BIN.tmp" ./scripts/vm/vmguest) || die "build latchkey-vmguest failed"
+  mv "$VMGUEST_BIN.tmp" "$VMGUEST_BIN"
+}
+
+# build_initrd sets INITRD to a gzip'ed newc cpio holding the static init
+# and the virtio modules. Needs KERNEL_DIR, KVER, VMGUEST_BIN.
+build_initrd() {
+  local key tmp m f
+  key=$(sha256sum "$VMGUEST_BIN" | key_of "$KVER" "${VM_INITRD_MODULES[*]}")
+  INITRD=$VM_CACHE/initrd-$key.cpio.gz
+  [[ -f $INITRD ]] && return 0
+  tmp=$(mktemp -d "$VM_CACHE/.initrd.XXXXXX")
+  mkdir -p "$tmp/root"/{dev,proc,sys,etc,newroot,modules}
+  mknod -m 600 "$tmp/root/dev/console" c 5 1
+  cp "$VMGUEST_BIN" "$tmp/root/init"
+  for m in "${VM_INITRD_MODULES[@]}"; do
+    f=$(find "$KERNEL_DIR/lib/modules/$KVER" -name "$m.ko" -print -quit)
+    [[ -n $f ]] || die "initrd: module $m not found in $KVER"
+    cp "$f" "$tmp/root/modules/"
+    echo "/modules/$m.ko" >>"$tmp/root/etc/modules.load"
+  done
+  (cd "$tmp/root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 | gzip -1 >"$tmp/initrd")
+  mv "$tmp/initrd" "$INITRD"
+  safe_rm "$tmp"
+}
+
+# guest_common_setup DIR: what every harness guest needs on top of the
+# debootstrap tree: kernel modules, the vmguest helper, a static network on
+# QEMU's user network, and no units that only slow a test boot down.
+guest_common_setup() {
+  local root=$1
+  mkdir -p "$root/lib/modules"
+  cp -a "$KERNEL_DIR/lib/modules/$KVER" "$root/lib/modules/"
+  install -m 0755 "$VMGUEST_BIN" "$root/usr/local/sbin/latchkey-vmguest"
+  cp -a "$REPO/scripts/vm/guest/common/." "$root/"
+  echo latchkey-e2e >"$root/etc/hostname"
+  # A fixed machine-id keeps boots of one image comparable.
+  echo 4c61746368b0e2e0c0ffee0000000001 >"$root/etc/machine-id"
+  printf '/dev/vda / ext4 rw,errors=remount-ro 0 1\n' >"$root/etc/fstab"
+  systemctl --root="$root" enable systemd-networkd.service systemd-networkd-wait-online.service >/dev/null 2>&1 ||
+    die "enable systemd-networkd in guest failed"
+  systemctl --root="$root" mask getty@tty1.service serial-getty@ttyS0.service \
+    apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer \
+    systemd-timesyncd.service >/dev/null 2>&1 || true
+  systemctl --root="$root" enable latchkey-e2e-tamper.service >/dev/null 2>&1 ||
+    die "enable latchkey-e2e-tamper.service failed"
+}
+
+# build_image NAME HOOK [INPUT_KEY]: sets IMAGE to a cached ext4 root image
+# made from the debootstrap tree, guest_common_setup, and HOOK DIR (a shell
+# function that adds the scenario's files). INPUT_KEY must change whenever
+# what HOOK installs changes.
+build_image() {
+  local name=$1 hook=$2 input_key=${3:-} key tmp t0
+  key=$(key_of "$ROOTFS_DIR" "$KVER" "$VMGUEST_BIN" "$input_key" "$VM_ROOT_SIZE" \
+    "$(tree_hash "$REPO/scripts/vm/guest")" "$(declare -f guest_common_setup "$hook")" </dev/null)
+  IMAGE=$VM_CACHE/image-$name-$key.ext4
+  [[ -f $IMAGE ]] && return 0
+  t0=$SECONDS
+  tmp=$(mktemp -d "$VM_CACHE/.image.XXXXXX")
+  cp -a "$ROOTFS_DIR/root" "$tmp/root"
+  guest_common_setup "$tmp/root"
+  "$hook" "$tmp/root"
+  mkfs.ext4 -q -F -L latchkey-root -d "$tmp/root" "$tmp/image.ext4" "$VM_ROOT_SIZE" ||
+    die "mkfs.ext4 -d failed"
+  mv "$tmp/image.ext4" "$IMAGE"
+  safe_rm "$tmp"
+  log "image $name: built in $((SECONDS - t0)) s"
+}
+
+# build_base sets KERNEL_DIR, KVER, ROOTFS_DIR, VMGUEST_BIN and INITRD.
+build_base() {
+  mkdir -p "$VM_CACHE"
+  build_kernel
+  build_rootfs
+  build_vmguest
+  build_initrd
+}

@@ -1,0 +1,189 @@
+# shellcheck shell=bash
+# Boot harness for scripts/e2e-vm.sh (sourced, not executed): nodes (a root
+# image copy, a blank state disk, a swtpm state with an EK certificate from
+# a throwaway local CA), host services on loopback ports, QEMU boots under
+# TCG with the serial console in a file, and cleanup of every process the
+# harness started.
+#
+# Callers set RUN_DIR, KERNEL_DIR, INITRD and IMAGE (scripts/vm/build.sh).
+
+VM_MEMORY=${LATCHKEY_VM_MEMORY:-1024}
+VM_SMP=${LATCHKEY_VM_SMP:-2}
+VM_BOOT_TIMEOUT=${LATCHKEY_VM_BOOT_TIMEOUT:-300}
+VM_STATE_SIZE=256M
+GUEST_HOST_IP=10.0.2.100 # where the guest sees forwarded host services
+
+BOOT_CMDLINE='' # kernel arguments added to every boot
+HARNESS_PIDS=()  # every long-running process we started, killed on exit
+FORWARDS=()      # host loopback ports forwarded into every guest
+
+track() { HARNESS_PIDS+=("$1"); }
+
+# stop_pid PID: terminates one process we started and reaps it.
+stop_pid() {
+  local pid=$1
+  kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
+  kill "$pid" 2>/dev/null
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null || true
+}
+
+cleanup_processes() {
+  local pid
+  for pid in "${HARNESS_PIDS[@]}"; do stop_pid "$pid"; done
+  HARNESS_PIDS=()
+}
+
+now_ms() { date +%s%3N; }
+secs_since() { awk -v a="$1" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }'; }
+
+# free_port prints a loopback TCP port nobody listens on.
+free_port() {
+  local p
+  for _ in $(seq 100); do
+    p=$((20000 + RANDOM % 40000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
+  done
+  die "no free loopback port found"
+}
+
+# forward_port PORT: makes host 127.0.0.1:PORT reachable from every guest
+# booted afterwards as 10.0.2.100:PORT. The cmd: form starts one socat per
+# connection, so every connection works (the plain tcp: form serves only
+# the first connection of a QEMU run).
+forward_port() { FORWARDS+=("$1"); }
+
+# wait_listen PORT SECONDS: waits for a host service to accept connections.
+wait_listen() {
+  local port=$1 deadline=$((SECONDS + $2))
+  until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.1
+  done
+}
+
+# tpm_ca_init: a throwaway local CA for swtpm_setup, valid for this run.
+# Sets TPM_SETUP_CONF; the CA's certificates are under $RUN_DIR/tpmca.
+tpm_ca_init() {
+  local ca=$RUN_DIR/tpmca
+  mkdir -p "$ca"
+  cat >"$ca/swtpm-localca.conf" <<EOF
+statedir = $ca
+signingkey = $ca/signkey.pem
+issuercert = $ca/issuercert.pem
+certserial = $ca/certserial
+EOF
+  cat >"$ca/swtpm-localca.options" <<EOF
+--platform-manufacturer latchkey-e2e
+--platform-version 2.1
+--platform-model QEMU
+EOF
+  cat >"$ca/swtpm_setup.conf" <<EOF
+create_certs_tool = $(command -v swtpm_localca)
+create_certs_tool_config = $ca/swtpm-localca.conf
+create_certs_tool_options = $ca/swtpm-localca.options
+active_pcr_banks = sha256
+EOF
+  TPM_SETUP_CONF=$ca/swtpm_setup.conf
+}
+
+# node_create NAME: a fresh node: root image copy, blank state disk, and a
+# manufactured TPM (EK + EK certificate). Its folder is $RUN_DIR/NAME.
+node_create() {
+  local dir=$RUN_DIR/$1
+  rm -rf "$dir" && mkdir -p "$dir/tpm"
+  [[ -n ${TPM_SETUP_CONF:-} ]] || tpm_ca_init
+  cp --sparse=always "$IMAGE" "$dir/root.img"
+  truncate -s "$VM_STATE_SIZE" "$dir/state.img"
+  swtpm_setup --tpm2 --tpmstate "$dir/tpm" --create-ek-cert --create-platform-cert \
+    --lock-nvram --config "$TPM_SETUP_CONF" --overwrite >"$dir/swtpm_setup.log" 2>&1 ||
+    { cat "$dir/swtpm_setup.log" >&2; die "swtpm_setup for node $1 failed"; }
+}
+
+# start_swtpm NODE: starts the node's TPM; it exits when QEMU disconnects.
+start_swtpm() {
+  local dir=$RUN_DIR/$1
+  rm -f "$dir/swtpm.sock"
+  swtpm socket --tpm2 --tpmstate "dir=$dir/tpm" --terminate \
+    --ctrl "type=unixio,path=$dir/swtpm.sock" \
+    --log "file=$dir/swtpm.log,level=1" >>"$dir/swtpm.log" 2>&1 &
+  SWTPM_PID=$!
+  track "$SWTPM_PID"
+  for _ in $(seq 100); do [[ -S $dir/swtpm.sock ]] && return 0; sleep 0.05; done
+  die "swtpm for node $1 did not start (see $dir/swtpm.log)"
+}
+
+# qemu_args NODE CMDLINE: prints QEMU's arguments, one per line.
+qemu_args() {
+  local dir=$RUN_DIR/$1 cmdline=$2 net=user,id=n0,restrict=on p
+  for p in "${FORWARDS[@]}"; do
+    net+=",guestfwd=tcp:$GUEST_HOST_IP:$p-cmd:socat - TCP:127.0.0.1:$p"
+  done
+  printf '%s\n' -nodefaults -display none -no-reboot \
+    -machine q35,accel=tcg -cpu max -smp "$VM_SMP" -m "$VM_MEMORY" \
+    -kernel "$KERNEL_DIR/vmlinuz" -initrd "$INITRD" -append "$cmdline" \
+    -drive "file=$dir/root.img,if=virtio,format=raw,cache=unsafe" \
+    -drive "file=$dir/state.img,if=virtio,format=raw" \
+    -chardev "socket,id=chrtpm,path=$dir/swtpm.sock" \
+    -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-tis,tpmdev=tpm0 \
+    -netdev "$net" -device virtio-net-pci,netdev=n0 \
+    -serial "file:$dir/serial-$BOOT_LABEL.log"
+}
+
+# boot NODE LABEL [--kill-on REGEX] [--] [KERNEL ARGS...]: boots the node
+# once and waits until the guest powers off, the timeout passes, or a
+# serial line matches REGEX (then QEMU is killed: a crash). Sets
+# BOOT_SERIAL, BOOT_SECS, BOOT_END (poweroff|killed|timeout) and
+# BOOT_STATUS (QEMU's exit status).
+boot() {
+  local node=$1 kill_on='' t0 qemu_pid args
+  BOOT_LABEL=$2
+  shift 2
+  if [[ ${1:-} == --kill-on ]]; then kill_on=$2; shift 2; fi
+  [[ ${1:-} == -- ]] && shift
+  local cmdline="console=ttyS0,115200 root=/dev/vda rw panic=1 latchkey.e2e.boot=$BOOT_LABEL ${BOOT_CMDLINE:-} $*"
+  BOOT_SERIAL=$RUN_DIR/$node/serial-$BOOT_LABEL.log
+  rm -f "$BOOT_SERIAL"
+  start_swtpm "$node"
+  mapfile -t args < <(qemu_args "$node" "$cmdline")
+  t0=$(now_ms)
+  qemu-system-x86_64 "${args[@]}" >"$RUN_DIR/$node/qemu-$BOOT_LABEL.log" 2>&1 &
+  qemu_pid=$!
+  track "$qemu_pid"
+  log "boot $node/$BOOT_LABEL started (serial: ${BOOT_SERIAL#"$REPO"/})"
+  wait_boot "$qemu_pid" "$t0" "$kill_on"
+  BOOT_SECS=$(secs_since "$t0")
+  stop_pid "$SWTPM_PID"
+  log "boot $node/$BOOT_LABEL: $BOOT_END after $BOOT_SECS s (qemu status $BOOT_STATUS)"
+}
+
+# wait_boot QEMU_PID T0 KILL_REGEX: the polling half of boot.
+wait_boot() {
+  local pid=$1 t0=$2 kill_on=$3 limit=$((VM_BOOT_TIMEOUT * 1000))
+  BOOT_END=poweroff
+  while kill -0 "$pid" 2>/dev/null; do
+    if [[ -n $kill_on ]] && grep -qE "$kill_on" "$BOOT_SERIAL" 2>/dev/null; then
+      BOOT_END=killed
+      kill -KILL "$pid"
+      break
+    fi
+    if (($(now_ms) - t0 > limit)); then
+      BOOT_END=timeout
+      kill -KILL "$pid"
+      break
+    fi
+    sleep 0.2
+  done
+  BOOT_STATUS=0
+  wait "$pid" || BOOT_STATUS=$?
+}
+
+# serial_has REGEX: true when the last boot's console printed a match.
+serial_has() { grep -qE "$1" "$BOOT_SERIAL"; }
+
+# serial_value PREFIX: the rest of the last console line starting with
+# "E2E: PREFIX" (carriage returns stripped).
+serial_value() {
+  tr -d '\r' <"$BOOT_SERIAL" | sed -n "s/^.*E2E: $1//p" | tail -n 1
+}

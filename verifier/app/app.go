@@ -1,0 +1,188 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/latchkey/latchkey/attest/snp"
+	"github.com/latchkey/latchkey/verifier/keys"
+	"github.com/latchkey/latchkey/verifier/policy"
+	"github.com/latchkey/latchkey/verifier/service"
+	"github.com/latchkey/latchkey/verifier/servingcert"
+	"github.com/latchkey/latchkey/verifier/token"
+)
+
+// Deps are what the caller provides besides the config.
+type Deps struct {
+	Logger *slog.Logger
+	// Listener replaces Listen (socket activation, tests).
+	Listener net.Listener
+	// Minter replaces the one built from the Kubernetes section (tests).
+	Minter token.Minter
+	// Recorder receives join metrics; optional.
+	Recorder service.Recorder
+	// OnReload is told of policy reloads; optional.
+	OnReload func(digest string, err error)
+	// Ready is called once the listener serves; optional (sd_notify).
+	Ready func()
+}
+
+// Verifier is an assembled, not yet serving verifier.
+type Verifier struct {
+	cfg    *Config
+	deps   Deps
+	keys   *keys.Deriver
+	store  *policy.Store
+	grpc   *grpc.Server
+	health *health.Server
+	lis    net.Listener
+	// Minter is the token step in use (nil in disk-only mode).
+	Minter token.Minter
+}
+
+// New loads everything serve needs and fails before listening if anything
+// is wrong.
+func New(cfg *Config, deps Deps) (*Verifier, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	v := &Verifier{cfg: cfg, deps: deps}
+	if err := v.loadKeys(); err != nil {
+		return nil, err
+	}
+	if err := v.loadPolicy(); err != nil {
+		v.keys.Close()
+		return nil, err
+	}
+	if err := v.buildServer(); err != nil {
+		v.keys.Close()
+		return nil, err
+	}
+	return v, nil
+}
+
+func (v *Verifier) loadKeys() error {
+	master, err := keys.LoadMasterSecret(v.cfg.MasterSecretFile)
+	if err != nil {
+		return err
+	}
+	defer clear(master)
+	v.keys, err = keys.NewDeriver(master, []byte(v.cfg.ClusterSalt))
+	return err
+}
+
+func (v *Verifier) loadPolicy() error {
+	var coll *snp.Collateral
+	var err error
+	if v.cfg.SNPCollateralDir != "" {
+		coll, err = snp.NewCollateral(snp.CollateralConfig{Dir: v.cfg.SNPCollateralDir})
+		if err != nil {
+			return fmt.Errorf("snp collateral: %w", err)
+		}
+	}
+	v.store, err = policy.NewStore(policy.StoreConfig{Path: v.cfg.Policy, Deps: policy.Deps{SNPCollateral: coll},
+		Logger: v.deps.Logger, OnReload: v.deps.OnReload})
+	if err != nil {
+		return err
+	}
+	v.deps.Logger.Info("policy loaded", "path", v.cfg.Policy, "policy", v.store.Current().Digest)
+	return nil
+}
+
+func (v *Verifier) buildServer() error {
+	cert, err := v.certificate()
+	if err != nil {
+		return err
+	}
+	v.Minter = v.deps.Minter
+	if v.Minter == nil && v.cfg.Kubernetes != nil {
+		if v.Minter, err = newKubeMinter(v.cfg.Kubernetes, v.deps.Logger); err != nil {
+			return err
+		}
+	}
+	svc, err := service.New(service.Config{Policy: v.store, Keys: v.keys, Minter: v.Minter,
+		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Recorder: v.deps.Recorder})
+	if err != nil {
+		return err
+	}
+	v.grpc, v.health = service.NewGRPCServer(svc, cert)
+	return nil
+}
+
+func (v *Verifier) certificate() (tls.Certificate, error) {
+	if v.cfg.TLSCert != "" {
+		return servingcert.Load(v.cfg.TLSCert, v.cfg.TLSKey)
+	}
+	return servingcert.LoadOrCreate(v.cfg.StateDir, time.Now())
+}
+
+// Serve listens and serves until ctx ends, then stops gracefully: joins in
+// flight finish (or hit their own timeout), new ones are refused.
+func (v *Verifier) Serve(ctx context.Context) error {
+	defer v.keys.Close()
+	lis, err := v.listener()
+	if err != nil {
+		return err
+	}
+	go v.store.Run(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- v.grpc.Serve(lis) }()
+	v.deps.Logger.Info("verifier serving", "address", lis.Addr().String(), "disk_only", v.Minter == nil)
+	if v.deps.Ready != nil {
+		v.deps.Ready()
+	}
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	v.health.Shutdown()
+	v.gracefulStop()
+	return nil
+}
+
+func (v *Verifier) gracefulStop() {
+	done := make(chan struct{})
+	go func() { v.grpc.GracefulStop(); close(done) }()
+	limit := v.cfg.JoinTimeout.Duration
+	if limit <= 0 {
+		limit = 60 * time.Second
+	}
+	select {
+	case <-done:
+	case <-time.After(limit + 5*time.Second):
+		v.grpc.Stop()
+	}
+	v.deps.Logger.Info("verifier stopped")
+}
+
+func (v *Verifier) listener() (net.Listener, error) {
+	if v.deps.Listener != nil {
+		return v.deps.Listener, nil
+	}
+	lis, err := net.Listen("tcp", v.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return lis, nil
+}
+
+// Health exposes the health server (tests, admin API).
+func (v *Verifier) Health() *health.Server { return v.health }
+
+var _ healthpb.HealthServer = (*health.Server)(nil)
+
+// errNoKube is returned while the Kubernetes token step is not built in.
+var errNoKube = errors.New("kubernetes token step not available")

@@ -1,0 +1,121 @@
+// Package app assembles a running latchkey-verifier from its configuration:
+// serving certificate, master secret, policy store, token minter and the
+// gRPC join service. cmd/latchkey-verifier only parses flags and calls it.
+package app
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// DefaultConfigPath is where serve looks for its config file.
+const DefaultConfigPath = "/etc/latchkey/verifier.yaml"
+
+// DefaultStateDir holds the self-managed serving key when systemd gives no
+// $STATE_DIRECTORY.
+const DefaultStateDir = "/var/lib/latchkey-verifier"
+
+// Config is the verifier's configuration file. Every zero value is the
+// secure one: no Kubernetes section is disk-only mode (no tokens), no
+// metrics address serves no metrics.
+type Config struct {
+	// Listen is the join address (default ":7443"); ignored under socket
+	// activation.
+	Listen string `json:"listen,omitempty"`
+	// StateDir holds tls.key/tls.crt when no certificate is configured
+	// (default $STATE_DIRECTORY, else /var/lib/latchkey-verifier).
+	StateDir string `json:"stateDir,omitempty"`
+	// TLSCert and TLSKey name a configured serving certificate (PEM).
+	TLSCert string `json:"tlsCert,omitempty"`
+	TLSKey  string `json:"tlsKey,omitempty"`
+	// Policy is the reference policy file (hot-reloaded).
+	Policy string `json:"policy"`
+	// MasterSecretFile holds the master secret (default: the systemd
+	// credential latchkey-master-secret in $CREDENTIALS_DIRECTORY).
+	MasterSecretFile string `json:"masterSecretFile,omitempty"`
+	// ClusterSalt is this cluster's public HKDF salt (required).
+	ClusterSalt string `json:"clusterSalt"`
+	// Kubernetes enables bootstrap tokens; absent means disk-only mode.
+	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
+	// SNPCollateralDir is the offline VCEK/ASK/ARK cache.
+	SNPCollateralDir string `json:"snpCollateralDir,omitempty"`
+	// MetricsListen serves Prometheus /metrics there ("" = off).
+	MetricsListen string `json:"metricsListen,omitempty"`
+	// AdminSocket is the local admin API socket (default
+	// /run/latchkey/verifier.sock; "-" disables it).
+	AdminSocket string `json:"adminSocket,omitempty"`
+	// JoinTimeout bounds one join (default 60s).
+	JoinTimeout Duration `json:"joinTimeout,omitempty"`
+}
+
+// Kubernetes configures the token step.
+type Kubernetes struct {
+	// Kubeconfig is the verifier's narrow credential (default: the systemd
+	// credential latchkey-kubeconfig).
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// APIServerEndpoints override what cluster-info advertises.
+	APIServerEndpoints []string `json:"apiServerEndpoints,omitempty"`
+	// CACertHashes override the pins computed from cluster-info.
+	CACertHashes []string `json:"caCertHashes,omitempty"`
+	// TokenTTL is the bootstrap token lifetime (default 30m).
+	TokenTTL Duration `json:"tokenTTL,omitempty"`
+	// JWSWait bounds the wait for cluster-info's signature (default 30s).
+	JWSWait Duration `json:"jwsWait,omitempty"`
+}
+
+// Duration is a time.Duration written as "30s".
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON reads "30s"-style durations.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := yaml.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: want a string like \"30s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	d.Duration = v
+	return err
+}
+
+// LoadConfig reads a config file strictly.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	var c Config
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// Validate fills defaults and checks required fields.
+func (c *Config) Validate() error {
+	if c.Listen == "" {
+		c.Listen = ":7443"
+	}
+	if c.StateDir == "" {
+		c.StateDir = os.Getenv("STATE_DIRECTORY")
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir
+	}
+	if c.AdminSocket == "" {
+		c.AdminSocket = "/run/latchkey/verifier.sock"
+	}
+	if c.Policy == "" {
+		return errors.New("no policy file configured (policy: or --policy)")
+	}
+	if c.ClusterSalt == "" {
+		return errors.New("no cluster salt configured (clusterSalt: or --cluster-salt)")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("tlsCert and tlsKey must be set together")
+	}
+	return nil
+}

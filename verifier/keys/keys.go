@@ -1,0 +1,115 @@
+// Package keys derives every node's disk key from the cluster's master
+// secret, so any verifier replica gives the same key to the same disk and a
+// rebooting node gets its key back with no database:
+//
+//	disk key = HKDF-SHA256(master secret, salt = cluster salt,
+//	                       info = "latchkey/v1 disk " + disk UUID)
+//
+// The master secret never leaves the verifier and is never logged.
+package keys
+
+import (
+	"crypto/hkdf"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+)
+
+// DiskKeySize is the length of a derived disk key (256 bits).
+const DiskKeySize = 32
+
+// MinMasterSecretSize is the shortest master secret accepted (256 bits).
+const MinMasterSecretSize = 32
+
+// MaxMasterSecretSize bounds what is read from a master-secret file.
+const MaxMasterSecretSize = 4096
+
+// CredentialName is the systemd credential (LoadCredential=) that holds the
+// master secret when no file is configured.
+const CredentialName = "latchkey-master-secret"
+
+const diskInfoPrefix = "latchkey/v1 disk "
+
+var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// ValidUUID reports whether s is a canonical lower-case UUID, the only form
+// a disk UUID may take on the wire (so one disk has one key).
+func ValidUUID(s string) bool { return uuidRE.MatchString(s) }
+
+// Deriver derives disk keys. It holds a copy of the master secret; call
+// Close to clear it.
+type Deriver struct {
+	master []byte
+	salt   []byte
+}
+
+// NewDeriver copies master and salt. The salt is the cluster's public,
+// per-cluster value, so two clusters sharing a master secret by mistake
+// still hand out different keys.
+func NewDeriver(master, salt []byte) (*Deriver, error) {
+	if len(master) < MinMasterSecretSize {
+		return nil, fmt.Errorf("master secret is %d bytes, want at least %d", len(master), MinMasterSecretSize)
+	}
+	if len(salt) == 0 {
+		return nil, errors.New("cluster salt is empty")
+	}
+	return &Deriver{master: clone(master), salt: clone(salt)}, nil
+}
+
+// DiskKey returns the key of the disk with this canonical UUID.
+func (d *Deriver) DiskKey(diskUUID string) ([]byte, error) {
+	if !ValidUUID(diskUUID) {
+		return nil, fmt.Errorf("disk uuid %q is not a canonical lower-case uuid", diskUUID)
+	}
+	return hkdf.Key(sha256.New, d.master, d.salt, diskInfoPrefix+diskUUID, DiskKeySize)
+}
+
+// Close clears the master secret held by d.
+func (d *Deriver) Close() { clear(d.master) }
+
+// LoadMasterSecret reads the master secret from path, or, when path is
+// empty, from the systemd credential directory ($CREDENTIALS_DIRECTORY).
+// Surrounding whitespace is kept: the secret is raw bytes, not text.
+func LoadMasterSecret(path string) ([]byte, error) {
+	if path == "" {
+		dir := os.Getenv("CREDENTIALS_DIRECTORY")
+		if dir == "" {
+			return nil, errors.New("no master secret file configured and $CREDENTIALS_DIRECTORY is not set")
+		}
+		path = filepath.Join(dir, CredentialName)
+	}
+	b, err := readBounded(path, MaxMasterSecretSize)
+	if err != nil {
+		return nil, fmt.Errorf("read master secret: %w", err)
+	}
+	if len(b) < MinMasterSecretSize {
+		clear(b)
+		return nil, fmt.Errorf("master secret %s is %d bytes, want at least %d", path, len(b), MinMasterSecretSize)
+	}
+	return b, nil
+}
+
+func readBounded(path string, limit int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, limit+1)
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		clear(buf)
+		return nil, err
+	}
+	if n > limit {
+		clear(buf)
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return buf[:n], nil
+}
+
+func clone(b []byte) []byte { return append([]byte(nil), b...) }

@@ -1,0 +1,114 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// StoreConfig configures a Store.
+type StoreConfig struct {
+	Path string
+	Deps Deps
+	// Interval between checks of the file (default 2s).
+	Interval time.Duration
+	Logger   *slog.Logger
+	// OnReload is told of every reload attempt (for metrics); optional.
+	OnReload func(digest string, err error)
+}
+
+// Store holds the snapshot in force and hot-reloads the policy file. A
+// join reads the pointer once, so it is checked against one policy even if
+// a reload lands mid-join; there is no lock on the join path.
+type Store struct {
+	cfg    StoreConfig
+	cur    atomic.Pointer[Snapshot]
+	digest string
+}
+
+// NewStore loads the file; a bad initial file is an error, since there is
+// no old policy to keep.
+func NewStore(cfg StoreConfig) (*Store, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("no policy file configured")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Store{cfg: cfg}
+	data, err := ReadFile(cfg.Path)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := Load(data, cfg.Deps)
+	if err != nil {
+		return nil, err
+	}
+	s.install(snap)
+	return s, nil
+}
+
+// NewStatic returns a Store that always serves snap (no file, no reload).
+func NewStatic(snap *Snapshot) *Store {
+	s := &Store{}
+	s.install(snap)
+	return s
+}
+
+// Current returns the snapshot in force.
+func (s *Store) Current() *Snapshot { return s.cur.Load() }
+
+func (s *Store) install(snap *Snapshot) {
+	s.cur.Store(snap)
+	s.digest = snap.Digest
+}
+
+// Run polls the file until ctx ends, reloading when its content changes.
+func (s *Store) Run(ctx context.Context) {
+	if s.cfg.Path == "" {
+		return
+	}
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Reload()
+		}
+	}
+}
+
+// Reload checks the file once. Unchanged content is a no-op; a bad file is
+// logged and the snapshot in force stays.
+func (s *Store) Reload() {
+	data, err := ReadFile(s.cfg.Path)
+	if err == nil && Digest(data) == s.digest {
+		return
+	}
+	var snap *Snapshot
+	if err == nil {
+		snap, err = Load(data, s.cfg.Deps)
+	}
+	if err != nil {
+		s.cfg.Logger.Error("policy reload refused; the policy in force stays",
+			"path", s.cfg.Path, "policy", s.digest, "error", err)
+		s.notify("", err)
+		return
+	}
+	s.install(snap)
+	s.cfg.Logger.Info("policy reloaded", "path", s.cfg.Path, "policy", snap.Digest)
+	s.notify(snap.Digest, nil)
+}
+
+func (s *Store) notify(digest string, err error) {
+	if s.cfg.OnReload != nil {
+		s.cfg.OnReload(digest, err)
+	}
+}

@@ -1,0 +1,95 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/latchkey/latchkey/attest"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/token"
+)
+
+// errNotAcked marks a ticket that was sent but never acknowledged.
+var errNotAcked = errors.New("ticket not acknowledged")
+
+// issue derives the disk key, mints a token when one is due, and hands the
+// ticket over. It owns the minted token until the agent acknowledges.
+func (s *Service) issue(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, hello *latchkeyv1.Hello, out *outcome) error {
+	key, err := s.cfg.Keys.DiskKey(hello.GetDiskUuid())
+	if err != nil {
+		return fmt.Errorf("derive disk key: %w", err)
+	}
+	defer clear(key)
+	grant, err := s.mint(ctx, hello, out)
+	if err != nil {
+		return err
+	}
+	ticket := buildTicket(key, grant)
+	err = s.handover(ctx, stream, ticket)
+	if err != nil && grant != nil {
+		s.revoke(ctx, grant.ID, err)
+	}
+	return err
+}
+
+// mint returns nil in disk-only mode and on a rejoin that asked for no
+// token (the node still holds its kubelet credentials).
+func (s *Service) mint(ctx context.Context, hello *latchkeyv1.Hello, out *outcome) (*token.Grant, error) {
+	if s.cfg.Minter == nil || (hello.GetRejoin() && !hello.GetRequestToken()) {
+		return nil, nil
+	}
+	g, err := s.cfg.Minter.Mint(ctx, token.Request{
+		NodeName:       hello.GetNodeName(),
+		Role:           hello.GetRole(),
+		EvidenceDigest: out.digest,
+	})
+	if err != nil {
+		return nil, attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "mint bootstrap token: %w", err)
+	}
+	out.tokenID = g.ID
+	return g, nil
+}
+
+func buildTicket(key []byte, g *token.Grant) *latchkeyv1.Ticket {
+	t := &latchkeyv1.Ticket{DiskKey: key}
+	if g != nil {
+		t.ApiServerEndpoints = g.Endpoints
+		t.Token = g.Token
+		t.CaCertHashes = g.CACertHashes
+		t.TokenExpiryUnix = g.Expiry.Unix()
+		t.CertificateKey = g.CertificateKey
+	}
+	return t
+}
+
+// handover sends the ticket and waits, bounded, for the agent's TicketAck.
+func (s *Service) handover(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, t *latchkeyv1.Ticket) error {
+	msg := &latchkeyv1.VerifierMessage{Msg: &latchkeyv1.VerifierMessage_Ticket{Ticket: t}}
+	if err := stream.Send(msg); err != nil {
+		return fmt.Errorf("%w: send: %v", errNotAcked, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, s.cfg.AckTimeout)
+	defer cancel()
+	m, err := recv(actx, stream)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errNotAcked, err)
+	}
+	if m.GetTicketAck() == nil {
+		return fmt.Errorf("%w: agent sent %T instead", errNotAcked, m.GetMsg())
+	}
+	return nil
+}
+
+// revoke takes back a token whose ticket never reached the agent. It runs
+// on a fresh context: the stream's may be what failed.
+func (s *Service) revoke(ctx context.Context, id string, cause error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RevokeTimeout)
+	defer cancel()
+	if err := s.cfg.Minter.Revoke(rctx, id); err != nil {
+		s.log.Error("revoke undelivered bootstrap token failed; a live token may be stranded",
+			"token_id", id, "cause", cause.Error(), "error", err)
+		return
+	}
+	s.log.Info("revoked undelivered bootstrap token", "token_id", id, "cause", cause.Error())
+}

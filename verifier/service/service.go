@@ -1,0 +1,164 @@
+// Package service is the verifier's JoinService: it reads a Hello, checks
+// the evidence against the policy in force, derives the disk key, mints a
+// bootstrap token when the node needs one, and hands the ticket over.
+//
+// Every join ends in exactly one audit line (node, variant, evidence digest,
+// result, reason) and, when refused, a gRPC status carrying a
+// latchkeyv1.Refusal with the same reason. No key is released and no token
+// is left behind on any failure: a token minted for a ticket the agent never
+// acknowledged is revoked.
+package service
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/atls"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/keys"
+	"github.com/latchkey/latchkey/verifier/policy"
+	"github.com/latchkey/latchkey/verifier/token"
+)
+
+// Limits on what one join may send; larger input is refused as MALFORMED.
+const (
+	// MaxMessageSize is the gRPC receive limit of the join service.
+	MaxMessageSize = 64 << 10
+	// MaxEvidenceSize bounds Hello.evidence.
+	MaxEvidenceSize = 48 << 10
+	// MaxChallenges bounds the challenge round trips of one join.
+	MaxChallenges = 4
+)
+
+// Recorder receives one observation per join (metrics). Optional.
+type Recorder interface {
+	ObserveJoin(variant, result, reason string, validation time.Duration)
+}
+
+// Config holds the service's dependencies.
+type Config struct {
+	Policy policy.Source
+	Keys   *keys.Deriver
+	// Minter mints bootstrap tokens; nil is disk-only mode.
+	Minter token.Minter
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// JoinTimeout bounds a whole join, challenges included (default 60s).
+	JoinTimeout time.Duration
+	// AckTimeout bounds the wait for TicketAck (default 10s).
+	AckTimeout time.Duration
+	// RevokeTimeout bounds revoking an undelivered token (default 10s).
+	RevokeTimeout time.Duration
+	Recorder      Recorder
+}
+
+// Service implements latchkeyv1.JoinServiceServer.
+type Service struct {
+	latchkeyv1.UnimplementedJoinServiceServer
+	cfg Config
+	log *slog.Logger
+}
+
+// New checks cfg and fills defaults.
+func New(cfg Config) (*Service, error) {
+	if cfg.Policy == nil {
+		return nil, errors.New("service: no policy source")
+	}
+	if cfg.Keys == nil {
+		return nil, errors.New("service: no key deriver")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.JoinTimeout = orDefault(cfg.JoinTimeout, 60*time.Second)
+	cfg.AckTimeout = orDefault(cfg.AckTimeout, 10*time.Second)
+	cfg.RevokeTimeout = orDefault(cfg.RevokeTimeout, 10*time.Second)
+	return &Service{cfg: cfg, log: cfg.Logger}, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// outcome collects what the audit line reports about one join.
+type outcome struct {
+	hello      *latchkeyv1.Hello
+	verified   *attest.Verified
+	digest     string
+	result     string
+	validation time.Duration
+	tokenID    string
+}
+
+// Join runs one join attempt on the stream.
+func (s *Service) Join(stream latchkeyv1.JoinService_JoinServer) error {
+	ctx, cancel := context.WithTimeout(stream.Context(), s.cfg.JoinTimeout)
+	defer cancel()
+	snap := s.cfg.Policy.Current()
+	out := &outcome{}
+	err := s.join(ctx, stream, snap, out)
+	s.audit(ctx, snap, out, err)
+	if err != nil {
+		return toStatus(err)
+	}
+	return nil
+}
+
+func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, snap *policy.Snapshot, out *outcome) error {
+	hello, err := recvHello(ctx, stream)
+	if err != nil {
+		return err
+	}
+	out.hello = hello
+	if len(hello.GetEvidence()) > 0 {
+		d := attest.EvidenceDigest(hello.GetEvidence())
+		out.digest = "sha256:" + hex.EncodeToString(d[:])
+	}
+	v, err := s.validate(ctx, stream, snap, hello, out)
+	if err != nil {
+		return err
+	}
+	out.verified = v
+	if err := checkRole(snap, hello); err != nil {
+		return err
+	}
+	return s.issue(ctx, stream, hello, out)
+}
+
+// validate binds the Hello to this TLS session and runs the variant's
+// validator, with challenges carried over the stream.
+func (s *Service) validate(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, snap *policy.Snapshot, hello *latchkeyv1.Hello, out *outcome) (*attest.Verified, error) {
+	val, ok := snap.Validators[hello.GetVariant()]
+	if !ok {
+		return nil, attest.Refuse(latchkeyv1.Reason_UNKNOWN_VARIANT, "variant %s is not enabled by the policy", hello.GetVariant())
+	}
+	binding, err := atls.PeerBinding(stream.Context(), hello)
+	if err != nil {
+		return nil, err
+	}
+	start := s.cfg.Now()
+	v, err := val.Validate(ctx, hello.GetEvidence(), binding, challenger(stream))
+	out.validation = s.cfg.Now().Sub(start)
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func checkRole(snap *policy.Snapshot, hello *latchkeyv1.Hello) error {
+	if hello.GetRole() == latchkeyv1.Role_ROLE_CONTROL_PLANE && !snap.ControlPlane[hello.GetVariant()] {
+		return attest.Refuse(latchkeyv1.Reason_ROLE_NOT_ALLOWED, "the policy does not allow %s evidence to join as control plane", hello.GetVariant())
+	}
+	return nil
+}

@@ -1,0 +1,433 @@
+package service_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/latchkey/latchkey/agent/ticket"
+	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/attest/attesttest"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/keys"
+	"github.com/latchkey/latchkey/verifier/policy"
+	"github.com/latchkey/latchkey/verifier/service"
+	"github.com/latchkey/latchkey/verifier/servingcert"
+	"github.com/latchkey/latchkey/verifier/token"
+)
+
+const diskA = "0b7c1d6e-3f2a-4c5b-9d8e-7f6a5b4c3d2e"
+
+// fakeMinter records mints and revokes; Fail makes Mint fail.
+type fakeMinter struct {
+	mu      sync.Mutex
+	live    map[string]bool
+	minted  int
+	revoked []string
+	Fail    bool
+}
+
+func (m *fakeMinter) Mint(_ context.Context, r token.Request) (*token.Grant, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.Fail {
+		return nil, errors.New("apiserver down")
+	}
+	m.minted++
+	id := "abcdef"[:6]
+	if m.live == nil {
+		m.live = map[string]bool{}
+	}
+	m.live[id] = true
+	return &token.Grant{ID: id, Token: id + ".0123456789abcdef", Expiry: time.Now().Add(time.Hour),
+		Endpoints: []string{"10.0.0.1:6443"}, CACertHashes: []string{"sha256:" + strings.Repeat("ab", 32)}}, nil
+}
+
+func (m *fakeMinter) Revoke(_ context.Context, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.live, id)
+	m.revoked = append(m.revoked, id)
+	return nil
+}
+
+func (m *fakeMinter) liveCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.live)
+}
+
+type env struct {
+	addr   string
+	pin    atls.Pin
+	minter *fakeMinter
+	logs   *bytes.Buffer
+}
+
+type envOpt struct {
+	challenge    bool
+	controlPlane bool
+	minter       *fakeMinter
+	ackTimeout   time.Duration
+}
+
+func startVerifier(t *testing.T, o envOpt) *env {
+	t.Helper()
+	cert, err := servingcert.LoadOrCreate(t.TempDir(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := keys.NewDeriver(bytes.Repeat([]byte{9}, 32), []byte("test-cluster"))
+	snap := &policy.Snapshot{
+		Digest:       "sha256:test",
+		Validators:   map[latchkeyv1.Variant]attest.Validator{latchkeyv1.Variant_VARIANT_TPM: &attesttest.Validator{Challenge: o.challenge}},
+		ControlPlane: map[latchkeyv1.Variant]bool{latchkeyv1.Variant_VARIANT_TPM: o.controlPlane},
+	}
+	logs := &bytes.Buffer{}
+	cfg := service.Config{Policy: policy.NewStatic(snap), Keys: d,
+		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: logs}, nil)), AckTimeout: o.ackTimeout}
+	if o.minter != nil {
+		cfg.Minter = o.minter
+	}
+	svc, err := service.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := service.NewGRPCServer(svc, cert)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	pins, _ := servingcert.Pins(cert)
+	return &env{addr: lis.Addr().String(), pin: pins[0], minter: o.minter, logs: logs}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func client(t *testing.T, e *env, iss attest.Issuer) *ticket.Client {
+	return clientWithin(t, e, iss, 5*time.Second)
+}
+
+// clientWithin retries refusals every few milliseconds until timeout.
+func clientWithin(t *testing.T, e *env, iss attest.Issuer, timeout time.Duration) *ticket.Client {
+	t.Helper()
+	c, err := ticket.New(ticket.Config{Endpoints: []string{e.addr}, Pins: []atls.Pin{e.pin}, Issuer: iss,
+		Timeout: timeout, InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, RefusalBackoff: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func worker(uuid string) ticket.Request {
+	return ticket.Request{NodeName: "node-1", DiskUUID: uuid, Role: latchkeyv1.Role_ROLE_WORKER}
+}
+
+func TestJoinDiskOnlySameKeyTwice(t *testing.T) {
+	e := startVerifier(t, envOpt{challenge: true})
+	c := client(t, e, &attesttest.Issuer{})
+	t1, err := c.Get(context.Background(), worker(diskA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, err := c.Get(context.Background(), worker(diskA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.Get(context.Background(), worker("00000000-0000-4000-8000-000000000001"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(t1.DiskKey) != 32 || !bytes.Equal(t1.DiskKey, t2.DiskKey) || bytes.Equal(t1.DiskKey, other.DiskKey) {
+		t.Fatal("disk keys: want 32 bytes, equal for one uuid, different across uuids")
+	}
+	if t1.Token != "" {
+		t.Fatal("disk-only mode issued a token")
+	}
+	if !strings.Contains(e.logs.String(), "result=accepted") || strings.Contains(e.logs.String(), string(t1.DiskKey)) {
+		t.Fatalf("audit log: want accepted lines and no key:\n%s", e.logs)
+	}
+}
+
+func TestJoinTokenRules(t *testing.T) {
+	m := &fakeMinter{}
+	e := startVerifier(t, envOpt{minter: m})
+	c := client(t, e, &attesttest.Issuer{})
+	first, err := c.Get(context.Background(), worker(diskA))
+	if err != nil || first.Token == "" || len(first.CaCertHashes) != 1 {
+		t.Fatalf("first join: token %q hashes %v err %v", first.GetToken(), first.GetCaCertHashes(), err)
+	}
+	rejoin := worker(diskA)
+	rejoin.Rejoin = true
+	r, err := c.Get(context.Background(), rejoin)
+	if err != nil || r.Token != "" {
+		t.Fatalf("rejoin without request_token: token %q err %v", r.GetToken(), err)
+	}
+	rejoin.RequestToken = true
+	r, err = c.Get(context.Background(), rejoin)
+	if err != nil || r.Token == "" {
+		t.Fatalf("rejoin with request_token: token %q err %v", r.GetToken(), err)
+	}
+	if m.minted != 2 || len(m.revoked) != 0 {
+		t.Fatalf("minted %d revoked %v, want 2 and none", m.minted, m.revoked)
+	}
+}
+
+func refusal(t *testing.T, err error) latchkeyv1.Reason {
+	t.Helper()
+	var r *ticket.RefusedError
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v, want a refusal", err)
+	}
+	return r.Reason
+}
+
+func TestWrongChallengeAnswerRefused(t *testing.T) {
+	m := &fakeMinter{}
+	e := startVerifier(t, envOpt{challenge: true, minter: m})
+	_, err := clientWithin(t, e, &attesttest.Issuer{WrongAnswer: true}, 300*time.Millisecond).Get(context.Background(), worker(diskA))
+	if got := refusal(t, err); got != latchkeyv1.Reason_ACTIVATION_FAILED {
+		t.Fatalf("reason = %v, want ACTIVATION_FAILED", got)
+	}
+	if m.minted != 0 || !strings.Contains(e.logs.String(), "reason=ACTIVATION_FAILED") {
+		t.Fatalf("minted %d; audit:\n%s", m.minted, e.logs)
+	}
+}
+
+func TestUnknownVariantRefused(t *testing.T) {
+	e := startVerifier(t, envOpt{})
+	_, err := clientWithin(t, e, &attesttest.Issuer{V: latchkeyv1.Variant_VARIANT_SNP}, 300*time.Millisecond).Get(context.Background(), worker(diskA))
+	if got := refusal(t, err); got != latchkeyv1.Reason_UNKNOWN_VARIANT {
+		t.Fatalf("reason = %v, want UNKNOWN_VARIANT", got)
+	}
+}
+
+func TestControlPlaneNeedsPolicy(t *testing.T) {
+	m := &fakeMinter{}
+	e := startVerifier(t, envOpt{minter: m})
+	req := worker(diskA)
+	req.Role = latchkeyv1.Role_ROLE_CONTROL_PLANE
+	_, err := clientWithin(t, e, &attesttest.Issuer{}, 300*time.Millisecond).Get(context.Background(), req)
+	if got := refusal(t, err); got != latchkeyv1.Reason_ROLE_NOT_ALLOWED {
+		t.Fatalf("reason = %v, want ROLE_NOT_ALLOWED", got)
+	}
+	if m.minted != 0 {
+		t.Fatal("a token was minted for a refused role")
+	}
+}
+
+func TestMintFailureIsTransientAndLeavesNothing(t *testing.T) {
+	m := &fakeMinter{Fail: true}
+	e := startVerifier(t, envOpt{minter: m})
+	_, err := clientWithin(t, e, &attesttest.Issuer{}, 300*time.Millisecond).Get(context.Background(), worker(diskA))
+	if !errors.Is(err, ticket.ErrUnreachable) || refusal(t, err) != latchkeyv1.Reason_UNAVAILABLE {
+		t.Fatalf("err = %v, want unreachable after UNAVAILABLE", err)
+	}
+	if len(m.revoked) != 0 {
+		t.Fatal("a failed mint revoked something")
+	}
+}
+
+func TestPinMismatchSendsNoEvidence(t *testing.T) {
+	e := startVerifier(t, envOpt{})
+	iss := &attesttest.Issuer{}
+	wrong := e.pin
+	wrong[0] ^= 1
+	c, _ := ticket.New(ticket.Config{Endpoints: []string{e.addr}, Pins: []atls.Pin{wrong}, Issuer: iss,
+		Timeout: 300 * time.Millisecond, InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	_, err := c.Get(context.Background(), worker(diskA))
+	if !errors.Is(err, ticket.ErrUnreachable) || !strings.Contains(err.Error(), "matches no configured pin") {
+		t.Fatalf("err = %v, want pin mismatch", err)
+	}
+	if iss.Calls.Load() != 0 || strings.Contains(e.logs.String(), "join decision") {
+		t.Fatalf("evidence made %d times; verifier log:\n%s", iss.Calls.Load(), e.logs)
+	}
+}
+
+func TestNoPinRefusedUnlessInsecure(t *testing.T) {
+	_, err := ticket.New(ticket.Config{Endpoints: []string{"127.0.0.1:1"}, Issuer: &attesttest.Issuer{}})
+	if err == nil || !strings.Contains(err.Error(), "insecure-skip-verifier-auth") {
+		t.Fatalf("err = %v, want refusal without pin", err)
+	}
+	if _, err := ticket.New(ticket.Config{Endpoints: []string{"127.0.0.1:1"}, Issuer: &attesttest.Issuer{}, InsecureSkipVerifierAuth: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rawStream opens a Join stream without the ticket client, for tests that
+// send what a well-behaved agent never would.
+func rawStream(t *testing.T, e *env) latchkeyv1.JoinService_JoinClient {
+	t.Helper()
+	cfg, _ := atls.ClientConfig([]atls.Pin{e.pin}, false)
+	conn, err := grpc.NewClient("passthrough:///"+e.addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithDisableRetry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	s, err := latchkeyv1.NewJoinServiceClient(conn).Join(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func bindingOf(t *testing.T, s latchkeyv1.JoinService_JoinClient, h *latchkeyv1.Hello) []byte {
+	t.Helper()
+	b, err := atls.PeerBinding(s.Context(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func helloMsg(h *latchkeyv1.Hello) *latchkeyv1.AgentMessage {
+	return &latchkeyv1.AgentMessage{Msg: &latchkeyv1.AgentMessage_Hello{Hello: h}}
+}
+
+func fakeEvidence(t *testing.T, binding []byte) []byte {
+	a, _ := (&attesttest.Issuer{}).Attest(context.Background(), binding)
+	return a.Evidence()
+}
+
+func statusReason(t *testing.T, err error) (codes.Code, latchkeyv1.Reason) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		if r, ok := d.(*latchkeyv1.Refusal); ok {
+			return st.Code(), r.GetReason()
+		}
+	}
+	t.Fatalf("status %v carries no Refusal", err)
+	return 0, 0
+}
+
+func baseHello() *latchkeyv1.Hello {
+	return &latchkeyv1.Hello{NodeName: "node-1", DiskUuid: diskA, Role: latchkeyv1.Role_ROLE_WORKER, Variant: latchkeyv1.Variant_VARIANT_TPM}
+}
+
+func TestReplayedEvidenceRefused(t *testing.T) {
+	e := startVerifier(t, envOpt{})
+	s1 := rawStream(t, e)
+	h := baseHello()
+	h.Evidence = fakeEvidence(t, bindingOf(t, s1, h))
+	s2 := rawStream(t, e)
+	if err := s2.Send(helloMsg(h)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s2.Recv()
+	if code, r := statusReason(t, err); r != latchkeyv1.Reason_BINDING_MISMATCH || code != codes.PermissionDenied {
+		t.Fatalf("got %v %v, want PermissionDenied BINDING_MISMATCH", code, r)
+	}
+}
+
+func TestEditedHelloRefused(t *testing.T) {
+	for name, edit := range map[string]func(*latchkeyv1.Hello){
+		"node name": func(h *latchkeyv1.Hello) { h.NodeName = "node-2" },
+		"disk uuid": func(h *latchkeyv1.Hello) { h.DiskUuid = "00000000-0000-4000-8000-000000000001" },
+		"rejoin":    func(h *latchkeyv1.Hello) { h.Rejoin = true },
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := startVerifier(t, envOpt{})
+			s := rawStream(t, e)
+			h := baseHello()
+			h.Evidence = fakeEvidence(t, bindingOf(t, s, h))
+			edit(h)
+			s.Send(helloMsg(h))
+			_, err := s.Recv()
+			if _, r := statusReason(t, err); r != latchkeyv1.Reason_BINDING_MISMATCH {
+				t.Fatalf("reason %v, want BINDING_MISMATCH", r)
+			}
+		})
+	}
+}
+
+func TestMalformedInputRefused(t *testing.T) {
+	cases := map[string]struct {
+		msg  *latchkeyv1.AgentMessage
+		want string
+	}{
+		"not a hello":    {&latchkeyv1.AgentMessage{Msg: &latchkeyv1.AgentMessage_TicketAck{TicketAck: &latchkeyv1.TicketAck{}}}, "first message is not a Hello"},
+		"bad node name":  {helloMsg(&latchkeyv1.Hello{NodeName: "Node_1!", DiskUuid: diskA, Role: 1, Variant: 1, Evidence: []byte("x")}), "not a DNS-1123"},
+		"upper uuid":     {helloMsg(&latchkeyv1.Hello{NodeName: "n", DiskUuid: strings.ToUpper(diskA), Role: 1, Variant: 1, Evidence: []byte("x")}), "canonical"},
+		"no role":        {helloMsg(&latchkeyv1.Hello{NodeName: "n", DiskUuid: diskA, Variant: 1, Evidence: []byte("x")}), "role 0"},
+		"no evidence":    {helloMsg(&latchkeyv1.Hello{NodeName: "n", DiskUuid: diskA, Role: 1, Variant: 1}), "no evidence"},
+		"evidence 50KiB": {helloMsg(&latchkeyv1.Hello{NodeName: "n", DiskUuid: diskA, Role: 1, Variant: 1, Evidence: make([]byte, 50<<10)}), "limit 49152"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := startVerifier(t, envOpt{})
+			s := rawStream(t, e)
+			s.Send(c.msg)
+			_, err := s.Recv()
+			code, r := statusReason(t, err)
+			if r != latchkeyv1.Reason_MALFORMED || code != codes.InvalidArgument || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v %v %v, want InvalidArgument MALFORMED containing %q", code, r, err, c.want)
+			}
+		})
+	}
+}
+
+func TestOversizedMessageRefusedByTransport(t *testing.T) {
+	e := startVerifier(t, envOpt{})
+	s := rawStream(t, e)
+	h := baseHello()
+	h.Evidence = make([]byte, service.MaxMessageSize+1)
+	s.Send(helloMsg(h))
+	_, err := s.Recv()
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("err = %v, want ResourceExhausted", err)
+	}
+}
+
+func TestUnacknowledgedTicketRevokesToken(t *testing.T) {
+	m := &fakeMinter{}
+	e := startVerifier(t, envOpt{minter: m, ackTimeout: 200 * time.Millisecond})
+	s := rawStream(t, e)
+	h := baseHello()
+	h.Evidence = fakeEvidence(t, bindingOf(t, s, h))
+	s.Send(helloMsg(h))
+	got, err := s.Recv()
+	if err != nil || got.GetTicket().GetToken() == "" {
+		t.Fatalf("want a ticket with a token, got %v %v", got, err)
+	}
+	// The agent goes away without acknowledging.
+	s.CloseSend()
+	_, err = s.Recv()
+	if _, r := statusReason(t, err); r != latchkeyv1.Reason_UNAVAILABLE {
+		t.Fatalf("reason %v, want UNAVAILABLE", r)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for m.liveCount() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m.liveCount() != 0 || len(m.revoked) != 1 || !strings.Contains(e.logs.String(), "result=handover_failed") {
+		t.Fatalf("live %d revoked %v; log:\n%s", m.liveCount(), m.revoked, e.logs)
+	}
+}

@@ -1,0 +1,94 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/latchkey/latchkey/attest"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/policy"
+)
+
+// codeOf maps a reason to the gRPC code the agent's retry logic reads:
+// Unavailable and Internal are transient, the rest are refusals that a
+// retry with the same evidence cannot fix.
+func codeOf(r latchkeyv1.Reason) codes.Code {
+	switch r {
+	case latchkeyv1.Reason_MALFORMED, latchkeyv1.Reason_UNKNOWN_VARIANT:
+		return codes.InvalidArgument
+	case latchkeyv1.Reason_UNAVAILABLE, latchkeyv1.Reason_COLLATERAL_MISSING:
+		return codes.Unavailable
+	case latchkeyv1.Reason_INTERNAL, latchkeyv1.Reason_REASON_UNSPECIFIED:
+		return codes.Internal
+	default:
+		return codes.PermissionDenied
+	}
+}
+
+// reasonOf also classifies the errors that are not refusals.
+func reasonOf(err error) latchkeyv1.Reason {
+	switch {
+	case err == nil:
+		return latchkeyv1.Reason_REASON_UNSPECIFIED
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, errNotAcked):
+		return latchkeyv1.Reason_UNAVAILABLE
+	}
+	return attest.ReasonOf(err)
+}
+
+// toStatus turns err into the status that ends the stream. Internal
+// causes are not sent to the agent, only logged.
+func toStatus(err error) error {
+	reason := reasonOf(err)
+	detail := "internal error"
+	var r *attest.Refusal
+	if errors.As(err, &r) {
+		detail = r.Detail
+	} else if reason == latchkeyv1.Reason_UNAVAILABLE {
+		detail = "join did not complete"
+	}
+	st, derr := status.New(codeOf(reason), reason.String()+": "+detail).
+		WithDetails(&latchkeyv1.Refusal{Reason: reason, Detail: detail})
+	if derr != nil {
+		return status.Error(codes.Internal, "build status")
+	}
+	return st.Err()
+}
+
+// audit writes the one line every join ends with. It names the node,
+// variant, evidence digest, result and reason, never a key or token.
+func (s *Service) audit(ctx context.Context, snap *policy.Snapshot, out *outcome, err error) {
+	reason := reasonOf(err)
+	result := "accepted"
+	level := slog.LevelInfo
+	if err != nil {
+		result, level = "refused", slog.LevelWarn
+		if errors.Is(err, errNotAcked) {
+			result = "handover_failed"
+		}
+	}
+	attrs := []any{
+		"node", out.hello.GetNodeName(), "disk_uuid", out.hello.GetDiskUuid(),
+		"role", out.hello.GetRole().String(), "rejoin", out.hello.GetRejoin(),
+		"variant", out.hello.GetVariant().String(), "evidence_digest", out.digest,
+		"result", result, "reason", reason.String(), "policy", snap.Digest,
+		"validation_ms", float64(out.validation.Microseconds()) / 1000,
+	}
+	if out.verified != nil {
+		attrs = append(attrs, "identity", out.verified.Identity)
+	}
+	if out.tokenID != "" {
+		attrs = append(attrs, "token_id", out.tokenID)
+	}
+	if err != nil {
+		attrs = append(attrs, "error", err.Error())
+	}
+	s.log.Log(ctx, level, "join decision", attrs...)
+	if s.cfg.Recorder != nil {
+		s.cfg.Recorder.ObserveJoin(out.hello.GetVariant().String(), result, reason.String(), out.validation)
+	}
+}

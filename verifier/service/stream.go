@@ -1,0 +1,95 @@
+package service
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/latchkey/latchkey/attest"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/keys"
+)
+
+// recv reads one message, giving up when ctx ends (the handler's return
+// then cancels the stream, which ends the blocked Recv).
+func recv(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latchkeyv1.AgentMessage, error) {
+	type result struct {
+		msg *latchkeyv1.AgentMessage
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		m, err := stream.Recv()
+		ch <- result{m, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.msg, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// recvHello reads and validates the first message.
+func recvHello(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latchkeyv1.Hello, error) {
+	m, err := recv(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("receive hello: %w", err)
+	}
+	hello := m.GetHello()
+	if hello == nil {
+		return nil, attest.Refuse(latchkeyv1.Reason_MALFORMED, "first message is not a Hello")
+	}
+	if err := validateHello(hello); err != nil {
+		return nil, err
+	}
+	return hello, nil
+}
+
+// validateHello checks every Hello field before any of it is used.
+func validateHello(h *latchkeyv1.Hello) error {
+	if errs := validation.IsDNS1123Subdomain(h.GetNodeName()); len(errs) > 0 {
+		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "node name %.64q is not a DNS-1123 subdomain", h.GetNodeName())
+	}
+	if !keys.ValidUUID(h.GetDiskUuid()) {
+		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "disk uuid %.64q is not a canonical lower-case uuid", h.GetDiskUuid())
+	}
+	switch h.GetRole() {
+	case latchkeyv1.Role_ROLE_WORKER, latchkeyv1.Role_ROLE_CONTROL_PLANE:
+	default:
+		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "role %d is not worker or control-plane", h.GetRole())
+	}
+	if len(h.GetEvidence()) == 0 {
+		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "hello carries no evidence")
+	}
+	if len(h.GetEvidence()) > MaxEvidenceSize {
+		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "evidence is %d bytes, limit %d", len(h.GetEvidence()), MaxEvidenceSize)
+	}
+	return nil
+}
+
+// challenger returns the RoundTrip a validator uses for challenges: send a
+// Challenge, wait for the ChallengeResponse, at most MaxChallenges times.
+func challenger(stream latchkeyv1.JoinService_JoinServer) attest.RoundTrip {
+	n := 0
+	return func(ctx context.Context, payload []byte) ([]byte, error) {
+		n++
+		if n > MaxChallenges {
+			return nil, fmt.Errorf("more than %d challenges in one join", MaxChallenges)
+		}
+		msg := &latchkeyv1.VerifierMessage{Msg: &latchkeyv1.VerifierMessage_Challenge{Challenge: &latchkeyv1.Challenge{Payload: payload}}}
+		if err := stream.Send(msg); err != nil {
+			return nil, fmt.Errorf("send challenge: %w", err)
+		}
+		m, err := recv(ctx, stream)
+		if err != nil {
+			return nil, fmt.Errorf("receive challenge response: %w", err)
+		}
+		resp := m.GetChallengeResponse()
+		if resp == nil {
+			return nil, attest.Refuse(latchkeyv1.Reason_MALFORMED, "expected a ChallengeResponse")
+		}
+		return resp.GetPayload(), nil
+	}
+}
