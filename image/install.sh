@@ -121,6 +121,8 @@ units_to_enable() {
 enable_by_hand() {
   local unit target
   for unit in "$@"; do
+    # WantedBy= takes a space-separated list: split words on purpose.
+    # shellcheck disable=SC2013
     for target in $(sed -n 's/^WantedBy=//p' "$ROOT$UNITDIR/$unit"); do
       mkdir -p "$ROOT/etc/systemd/system/$target.wants"
       ln -sfn "$UNITDIR/$unit" "$ROOT/etc/systemd/system/$target.wants/$unit"

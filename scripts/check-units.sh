@@ -9,7 +9,10 @@
 #   4. install.sh without systemctl enables exactly what systemctl does;
 #   5. a minimal Debian root (debootstrap, cached) gets image/install.sh,
 #      then `systemd-analyze verify --root=DIR` on the installed units and
-#      drop-ins and `systemctl --root=DIR is-enabled` for each unit.
+#      drop-ins and `systemctl --root=DIR is-enabled` for each unit;
+#   6. only with LATCHKEY_CHECK_MKOSI=1 (mkosi >= 20 on PATH, about 4
+#      minutes cold): a Debian image built by mkosi with the fragment in
+#      image/mkosi.conf.d/latchkey gets the same checks.
 #
 #   scripts/check-units.sh
 #
@@ -84,6 +87,7 @@ binaries() {
 check_verify() {
   local u
   for u in "${UNITS[@]}"; do
+    # shellcheck disable=SC2016 # $1..$3 belong to the inner sh
     quiet_ok "systemd-analyze verify units/$u" unshare --mount -- sh -c \
       'mount -t overlay overlay -o lowerdir="$1":/usr/bin /usr/bin && cd "$2" && systemd-analyze verify "$3"' \
       sh "$WORK/bin" "$REPO/units" "$u"
@@ -168,6 +172,21 @@ WantedBy=multi-user.target
 STUB
 }
 
+# check_dropin_loaded ROOT UNIT proves systemd reads latchkey's drop-in for
+# UNIT at its installed path (`systemctl cat` refuses --root): a probe key
+# appended to it must draw a warning naming that file.
+check_dropin_loaded() {
+  local dropin=$1/usr/lib/systemd/system/$2.service.d/50-latchkey.conf
+  cp "$dropin" "$WORK/dropin"
+  echo 'LatchkeyProbe=1' >>"$dropin"
+  if systemd-analyze verify --root="$1" "$2.service" 2>&1 | grep -q "$2.service.d/50-latchkey.conf:.*LatchkeyProbe"; then
+    pass "$2.service loads the latchkey drop-in"
+  else
+    fail "$2.service does not load the latchkey drop-in"
+  fi
+  cp "$WORK/dropin" "$dropin"
+}
+
 # 5. install.sh into a copy of the Debian root, then verify there.
 check_installed() {
   local root=$WORK/root u state
@@ -185,17 +204,51 @@ check_installed() {
   for u in "${UNITS[@]}" kubelet.service containerd.service; do
     quiet_ok "systemd-analyze verify --root=DIR $u" systemd-analyze verify --root="$root" "$u"
   done
-  for u in kubelet containerd; do
-    if systemctl --root="$root" cat "$u.service" 2>/dev/null | grep -q '^Requisite=latchkey-agent.service'; then
-      pass "$u.service carries the latchkey drop-in"
-    else
-      fail "$u.service does not carry the latchkey drop-in"
-    fi
-  done
+  for u in kubelet containerd; do check_dropin_loaded "$root" "$u"; done
   for u in "${ENABLED[@]}"; do
     state=$(systemctl --root="$root" is-enabled "$u" 2>&1 || true)
     if [[ $state == enabled ]]; then pass "systemctl --root=DIR is-enabled $u"; else fail "systemctl --root=DIR is-enabled $u: $state"; fi
   done
+}
+
+# 6. A real mkosi build that includes the fragment.
+check_mkosi() {
+  [[ ${LATCHKEY_CHECK_MKOSI:-0} == 1 ]] || return 0
+  local proj=$WORK/mkosi u state version
+  version=$(mkosi --version 2>/dev/null | sed -n 's/^mkosi \([0-9]*\).*/\1/p')
+  if [[ -z $version || $version -lt 20 ]]; then
+    fail "mkosi build: needs mkosi >= 20 (have ${version:-none}; Debian: bookworm-backports)"
+    return
+  fi
+  mkdir -p "$proj" "$CACHE/mkosi"
+  cat >"$proj/mkosi.conf" <<CONF
+[Distribution]
+Distribution=debian
+Release=$SUITE
+LocalMirror=$MIRROR
+
+[Output]
+Format=directory
+CacheDirectory=$CACHE/mkosi
+
+[Config]
+Include=$REPO/image/mkosi.conf.d/latchkey
+
+[Content]
+Packages=systemd
+ExtraTrees=$WORK/bin:/usr/bin
+CONF
+  if (cd "$proj" && mkosi -f build) >"$WORK/mkosi.log" 2>&1; then
+    pass "mkosi build with image/mkosi.conf.d/latchkey"
+  else
+    fail "mkosi build with image/mkosi.conf.d/latchkey"
+    tail -20 "$WORK/mkosi.log" | sed 's/^/      /'
+    return
+  fi
+  quiet_ok "systemd-analyze verify --root=mkosi-image latchkey-agent.service" \
+    systemd-analyze verify --root="$proj/image" latchkey-agent.service
+  state=$(systemctl --root="$proj/image" is-enabled latchkey-agent.service 2>&1 || true)
+  if [[ $state == enabled ]]; then pass "mkosi image: latchkey-agent.service enabled"; else fail "mkosi image: latchkey-agent.service $state"; fi
 }
 
 main() {
@@ -208,6 +261,7 @@ main() {
   check_mkosi_extra
   check_enable_by_hand
   check_installed
+  check_mkosi
   echo "check-units: $PASSED passed, $FAILED failed"
   ((FAILED == 0))
 }

@@ -37,9 +37,10 @@ type Tickets interface {
 	Get(ctx context.Context, req ticket.Request) (*latchkeyv1.Ticket, error)
 }
 
-// Joiner runs kubeadm join with a ticket.
+// Joiner runs kubeadm join with first; a retry after a failed join takes a
+// fresh ticket from fetch (the first token may be spent).
 type Joiner interface {
-	Join(ctx context.Context, nodeName string, role latchkeyv1.Role, t *latchkeyv1.Ticket) error
+	Join(ctx context.Context, first *latchkeyv1.Ticket, fetch func(context.Context) (*latchkeyv1.Ticket, error)) error
 }
 
 // Config wires the stages.
@@ -129,7 +130,12 @@ func (b *Boot) join(ctx context.Context, plan disk.Plan, res disk.Result, t *lat
 		}
 	}
 	b.cfg.Status("running kubeadm join")
-	if err := b.cfg.Joiner.Join(ctx, b.cfg.NodeName, b.cfg.Role, t); err != nil {
+	// The disk now carries this node's header: a fresh ticket is a rejoin
+	// that asks for a token.
+	fetch := func(ctx context.Context) (*latchkeyv1.Ticket, error) {
+		return b.tokenTicket(ctx, disk.Plan{UUID: plan.UUID, Rejoin: true})
+	}
+	if err := b.cfg.Joiner.Join(ctx, t, fetch); err != nil {
 		return &StageError{StageJoin, err}
 	}
 	return nil

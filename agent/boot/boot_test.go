@@ -44,10 +44,23 @@ func (f *fakeTickets) Get(_ context.Context, r ticket.Request) (*latchkeyv1.Tick
 	return &latchkeyv1.Ticket{DiskKey: make([]byte, 32), Token: tok}, nil
 }
 
-type fakeJoiner struct{ calls int }
+type fakeJoiner struct {
+	calls    int
+	failures int
+}
 
-func (j *fakeJoiner) Join(context.Context, string, latchkeyv1.Role, *latchkeyv1.Ticket) error {
+// Join fails the first failures times, fetching a fresh ticket each time.
+func (j *fakeJoiner) Join(ctx context.Context, t *latchkeyv1.Ticket, fetch func(context.Context) (*latchkeyv1.Ticket, error)) error {
 	j.calls++
+	for i := 0; i < j.failures; i++ {
+		var err error
+		if t, err = fetch(ctx); err != nil {
+			return err
+		}
+	}
+	if t.GetToken() == "" {
+		return errors.New("no token")
+	}
 	return nil
 }
 
@@ -119,5 +132,15 @@ func TestStageErrorsNameTheStage(t *testing.T) {
 	var re *ticket.RefusedError
 	if !errors.As(err, &se) || se.Stage != StageTicket || !errors.As(err, &re) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestJoinRetryFetchesTokenTicketAsRejoin(t *testing.T) {
+	d, tk, j := &fakeDisk{plan: disk.Plan{UUID: "u"}}, &fakeTickets{token: firstJoinToken}, &fakeJoiner{failures: 2}
+	if err := run(t, d, tk, j); err != nil {
+		t.Fatal(err)
+	}
+	if len(tk.reqs) != 3 || !tk.reqs[1].Rejoin || !tk.reqs[1].RequestToken || !tk.reqs[2].RequestToken {
+		t.Fatalf("requests %+v", tk.reqs)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -37,37 +38,14 @@ func TestCrashAtEveryStep(t *testing.T) {
 func crashAndRecover(t *testing.T, step Step, powerCycle bool) {
 	r := newRig(t, testDiskSize)
 	key := testKey(21)
-	marker := filepath.Join(r.root, "etc/kubernetes/kubelet.conf")
-	hit := false
-	first := r.stage(func(c *LUKSConfig) {
-		c.FaultHook = func(s Step) error {
-			if s != step {
-				return nil
-			}
-			hit = true
-			if step == StepBound {
-				// Something stored before the crash must survive it.
-				if err := os.WriteFile(marker, []byte("joined"), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
-			return errKilled
-		}
-	})
-	plan1, _, err := r.boot(first, key)
-	if !errors.Is(err, errKilled) || !hit {
-		t.Fatalf("first boot: %v, want the kill at %s", err, step)
-	}
-	header := readDev(t, r.dev, 0, recordOffset) // headers and keyslots area
+	plan1, header := crashFirstBoot(t, r, key, step)
 	if powerCycle {
 		r.kernel.powerOff()
 	}
-
 	plan2, res, err := r.boot(r.stage(nil), key)
 	if err != nil {
 		t.Fatalf("boot after the crash: %v", err)
 	}
-	headerComplete := stepAtOrAfter(step, StepHeaderWritten)
 	switch {
 	case step == StepFormatted: // the device was never touched
 		if plan2.Rejoin || !res.Formatted {
@@ -77,7 +55,7 @@ func crashAndRecover(t *testing.T, step Step, powerCycle bool) {
 		if plan2.UUID != plan1.UUID || plan2.Rejoin || !res.Formatted {
 			t.Fatalf("plan %+v, result %+v: want the install redone for %s", plan2, res, plan1.UUID)
 		}
-	case headerComplete:
+	default: // the header was complete: never rewritten
 		if plan2.UUID != plan1.UUID || !plan2.Rejoin || res.Formatted || r.rec.Ran("cryptsetup") != 0 {
 			t.Fatalf("plan %+v, result %+v: want a rejoin without luksFormat", plan2, res)
 		}
@@ -93,6 +71,32 @@ func crashAndRecover(t *testing.T, step Step, powerCycle bool) {
 		t.Fatal("the file written before the crash is gone")
 	}
 	checkKeyBehaviour(t, r.dev, key)
+}
+
+// crashFirstBoot runs a first boot killed at step and returns its plan
+// and the header and keyslots area it left.
+func crashFirstBoot(t *testing.T, r *testRig, key []byte, step Step) (Plan, []byte) {
+	t.Helper()
+	hit := false
+	first := r.stage(func(c *LUKSConfig) {
+		c.FaultHook = func(s Step) error {
+			if s != step {
+				return nil
+			}
+			hit = true
+			if step == StepBound { // something stored before the crash must survive it
+				if err := os.WriteFile(filepath.Join(r.root, "etc/kubernetes/kubelet.conf"), []byte("joined"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return errKilled
+		}
+	})
+	plan, _, err := r.boot(first, key)
+	if !errors.Is(err, errKilled) || !hit {
+		t.Fatalf("first boot: %v, want the kill at %s", err, step)
+	}
+	return plan, readDev(t, r.dev, 0, recordOffset)
 }
 
 func stepAtOrAfter(s, ref Step) bool {
@@ -167,5 +171,57 @@ func TestFailedTicketLeavesBlankDisk(t *testing.T) {
 	}
 	if !allZero(readDev(t, r.dev, 0, DataOffset)) {
 		t.Fatal("Prepare wrote to the disk")
+	}
+}
+
+// TestLostPrimaryHeaderOnUsedDiskRefused: a disk that was in use (state
+// record written) and lost its primary header is not mistaken for an
+// interrupted install: it is refused, never reformatted.
+func TestLostPrimaryHeaderOnUsedDiskRefused(t *testing.T) {
+	r := newRig(t, testDiskSize)
+	r.mustBoot(r.stage(nil), testKey(24))
+	r.kernel.powerOff()
+	writeDev(t, r.dev, 0, make([]byte, binHeaderSize))
+	before := checksum(t, r.dev)
+	_, err := r.stage(nil).Prepare(context.Background())
+	if !errors.Is(err, ErrForeignData) || !strings.Contains(err.Error(), "on a disk that was in use") {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if checksum(t, r.dev) != before {
+		t.Fatal("device changed")
+	}
+}
+
+// TestDiskSwappedAfterPrepare: the plan no longer fits the device.
+func TestDiskSwappedAfterPrepare(t *testing.T) {
+	r := newRig(t, testDiskSize)
+	_, err := r.stage(nil).Open(context.Background(), Plan{UUID: fixtureUUID, Rejoin: true}, testKey(25))
+	if !errors.Is(err, ErrStateChanged) {
+		t.Fatalf("rejoin plan on a blank disk: %v, want ErrStateChanged", err)
+	}
+	if !allZero(readDev(t, r.dev, 0, DataOffset)) {
+		t.Fatal("formatted a disk the plan said was already ours")
+	}
+	plan, _ := r.mustBoot(r.stage(nil), testKey(25))
+	r.kernel.powerOff()
+	_, err = r.stage(nil).Open(context.Background(), Plan{UUID: newUUID()}, testKey(25))
+	if !errors.Is(err, ErrStateChanged) || !strings.Contains(err.Error(), plan.UUID) {
+		t.Fatalf("first-boot plan on a formatted disk: %v, want ErrStateChanged", err)
+	}
+}
+
+// TestMapFailureIsResumable: the kernel refusing the mapping (no
+// dm-crypt, say) stops Open after the header, and the next boot goes on.
+func TestMapFailureIsResumable(t *testing.T) {
+	r := newRig(t, testDiskSize)
+	r.kernel.failOn = "dm-crypt target not available"
+	_, _, err := r.boot(r.stage(nil), testKey(26))
+	if err == nil || !strings.Contains(err.Error(), "dm-crypt target not available") {
+		t.Fatalf("first boot: %v", err)
+	}
+	r.kernel.failOn = ""
+	plan, res := r.mustBoot(r.stage(nil), testKey(26))
+	if !plan.Rejoin || res.Formatted || !res.MadeFileSystem {
+		t.Fatalf("plan %+v, result %+v", plan, res)
 	}
 }

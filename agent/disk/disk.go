@@ -6,6 +6,59 @@
 // The stage produces the disk specified or no disk at all: an existing LUKS
 // volume is reused, anything unexpected is an error, and nothing that
 // carries data is ever formatted unless the operator said so explicitly.
+//
+// # The LUKS stage
+//
+// NewLUKS builds the real stage. Prepare reads the device once and
+// classifies it: latchkey's own LUKS2 header (a rejoin with its UUID), a
+// blank device (first and last MiB zero, nothing blkid recognises: a
+// fresh random UUID), latchkey's own interrupted header install (its
+// UUID, installed again), or anything else, which is refused with a
+// message naming what was found (a file system, a partition table, LVM,
+// LUKS1, a LUKS2 header of another shape, unrecognised data) unless
+// WipeStateDisk is set. Prepare never writes, so a ticket that never
+// arrives leaves the disk as it was.
+//
+// Header validation. Before every unlock the header is read from the
+// device and must be exactly the shape latchkey's luksFormat writes: both
+// binary headers with the fixed sizes, offsets, label and sha256 checksum,
+// identical JSON in both copies, and JSON that equals, key for key, one
+// aes-xts-plain64 crypt segment at 16 MiB with 4 KiB sectors, one luks2
+// keyslot with a 512-bit key and pbkdf2-sha256 at 1000 iterations, one
+// pbkdf2 digest, no tokens, no flags, no requirements. The JSON is
+// compared as a tree parsed token by token, so duplicate keys, case
+// variants and trailing documents, which encoding/json (and so luks.go)
+// would silently accept, are refused. A cipher_null segment, another
+// cipher or key size, an added keyslot, a moved segment and any edited
+// JSON are refused with the path and value that differ.
+//
+// Detached header. luks.go unseals from an anonymous memory copy of the
+// header bytes that were validated, and the dm-crypt table points at the
+// major:minor of the descriptor they were read from. Nothing is read from
+// the disk twice, so a host cannot swap the header between validation and
+// unlock.
+//
+// Formatting. cryptsetup luksFormat (LUKS2, aes-xts-plain64, 512-bit key,
+// 4096-byte sectors, pbkdf2 at 1000 iterations, key on stdin) writes to a
+// memory file, never the device; the result is validated and unsealed
+// once, then copied to the device so that the primary binary header, one
+// 4 KiB write, is the commit point. A kill before it leaves a state
+// Prepare recognises and redoes; after it the header is never rewritten.
+//
+// File system. A state record in the unused gap before the data segment
+// says whether mkfs is in progress or finished, so an interrupted mkfs is
+// redone while a finished file system that later went missing is refused,
+// never remade (unless WipeStateDisk).
+//
+// Keys. The ticket's key reaches cryptsetup on a pipe and luks.go in
+// memory; it is never in an argument list, a file or a log. The volume key
+// lives in luks.go's Volume (unexported, not clearable) only until the
+// mapping exists.
+//
+// Every external command runs through internal/execx; device-mapper and
+// mount(2) sit behind the Kernel interface, so everything up to the
+// mapping is tested with real cryptsetup on loop devices on hosts without
+// device-mapper. See docs/disk.md.
 package disk
 
 import (

@@ -48,6 +48,7 @@ var foreignCases = []foreignCase{
 }
 
 func TestForeignDevicesRefusedAndUnchanged(t *testing.T) {
+	requireRoot(t)
 	for _, c := range foreignCases {
 		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t, c.size)

@@ -37,8 +37,13 @@ type Kernel interface {
 type SystemKernel struct{}
 
 // HasDeviceMapper reports whether the running kernel offers
-// device-mapper (the misc device is registered), with the reason if not.
+// device-mapper, with the reason if not. Opening /dev/mapper/control
+// first lets the kernel autoload dm_mod (systemd creates that node
+// statically for exactly this).
 func HasDeviceMapper() (bool, string) {
+	if f, err := os.Open("/dev/mapper/control"); err == nil {
+		f.Close()
+	}
 	b, err := os.ReadFile("/proc/misc")
 	if err != nil {
 		return false, fmt.Sprintf("cannot read /proc/misc: %v", err)
@@ -53,10 +58,10 @@ func HasDeviceMapper() (bool, string) {
 
 // MapCrypt creates or adopts the mapping. The kernel creates /dev/dm-N
 // itself (devtmpfs), so the path does not wait for udev's /dev/mapper
-// link.
+// link; the crypt target module loads on demand with the table.
 func (SystemKernel) MapCrypt(_ context.Context, name string, vol *luks.Volume) (string, error) {
-	if ok, why := HasDeviceMapper(); !ok {
-		return "", fmt.Errorf("%w: %s", ErrNoDeviceMapper, why)
+	if _, _, _, err := devmapper.GetVersion(); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNoDeviceMapper, err)
 	}
 	wantUUID := fmt.Sprintf("CRYPT-%s-%s-%s", vol.LuksType, strings.ReplaceAll(vol.UUID, "-", ""), name)
 	info, err := devmapper.InfoByName(name)

@@ -243,7 +243,7 @@ func (l *LUKS) refuseForeign(path string, p probe) error {
 	if !l.cfg.WipeStateDisk {
 		return fmt.Errorf("%w: %s holds %s; not formatting it (set WipeStateDisk to destroy it)", ErrForeignData, path, p.what)
 	}
-	l.cfg.Logger.Warn("state disk: WipeStateDisk set, destroying foreign content", slog.String("device", path), slog.String("found", p.what))
+	l.cfg.Logger.Warn("state disk: WipeStateDisk set, foreign content will be destroyed", slog.String("device", path), slog.String("found", p.what))
 	return nil
 }
 

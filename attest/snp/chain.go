@@ -130,7 +130,9 @@ func (v *Validator) verifyNew(ctx context.Context, ev *Evidence, der []byte, now
 // go-sev-guest (trust.ParseCert, kds.CertificateExtensions).
 func (v *Validator) parseEndorsement(ev *Evidence, der []byte) (*endorsement, error) {
 	kind := ev.Signer.SigningKey
-	cert, err := trust.ParseCert(der)
+	// The parsed certificate aliases its input and outlives this join in
+	// the cache, so it gets its own copy.
+	cert, err := trust.ParseCert(bytes.Clone(der))
 	if err != nil {
 		return nil, untrusted("parse %v certificate: %w", kind, err)
 	}

@@ -1,7 +1,6 @@
 package snp
 
 import (
-	"bytes"
 	"fmt"
 
 	"github.com/google/go-sev-guest/abi"
@@ -117,9 +116,7 @@ func decodeReport(raw []byte) (*Evidence, error) {
 }
 
 // endorsementFromTable returns the signing key's certificate from a GHCB
-// certificate table. The table's entries are bounds-checked here before
-// go-sev-guest's abi.CertTable parses it: that parser trusts offset+length
-// not to overflow 32 bits.
+// certificate table, whose header go-sev-guest's abi package parses.
 func endorsementFromTable(table []byte, key abi.ReportSigner) ([]byte, error) {
 	if len(table) == 0 {
 		return nil, nil
@@ -127,47 +124,39 @@ func endorsementFromTable(table []byte, key abi.ReportSigner) ([]byte, error) {
 	if len(table) > MaxCertTableSize {
 		return nil, malformed("certificate table of %d bytes exceeds %d", len(table), MaxCertTableSize)
 	}
-	if err := checkCertTable(table); err != nil {
-		return nil, err
-	}
-	var certs abi.CertTable
-	if err := certs.Unmarshal(table); err != nil {
+	headers, err := abi.ParseSnpCertTableHeader(table)
+	if err != nil {
 		return nil, malformed("certificate table: %w", err)
+	}
+	if len(headers) > maxCertTableEntries {
+		return nil, malformed("certificate table has %d entries, at most %d allowed", len(headers), maxCertTableEntries)
 	}
 	want := vcekGUID
 	if key == abi.VlekReportSigner {
 		want = vlekGUID
 	}
-	return uniqueEntry(&certs, want)
+	return uniqueEntry(table, headers, want)
 }
 
-func checkCertTable(table []byte) error {
-	headers, err := abi.ParseSnpCertTableHeader(table)
-	if err != nil {
-		return malformed("certificate table: %w", err)
-	}
-	if len(headers) > maxCertTableEntries {
-		return malformed("certificate table has %d entries, at most %d allowed", len(headers), maxCertTableEntries)
-	}
+// uniqueEntry returns the bytes of the table entry with guid (nil when
+// absent), checking every entry's bounds. It slices the table instead of
+// copying it as abi.CertTable.Unmarshal would, and unlike that parser it
+// cannot be fooled by an offset+length that overflows 32 bits.
+func uniqueEntry(table []byte, headers []abi.CertTableHeaderEntry, guid uuid.UUID) ([]byte, error) {
+	var found []byte
 	for i, h := range headers {
-		if uint64(h.Offset)+uint64(h.Length) > uint64(len(table)) {
-			return malformed("certificate table entry %d (offset %d, length %d) lies outside the %d-byte table",
+		end := uint64(h.Offset) + uint64(h.Length)
+		if end > uint64(len(table)) {
+			return nil, malformed("certificate table entry %d (offset %d, length %d) lies outside the %d-byte table",
 				i, h.Offset, h.Length, len(table))
 		}
-	}
-	return nil
-}
-
-func uniqueEntry(certs *abi.CertTable, guid uuid.UUID) ([]byte, error) {
-	var found []byte
-	for _, e := range certs.Entries {
-		if !bytes.Equal(e.GUID[:], guid[:]) || len(e.RawCert) == 0 {
+		if h.GUID != guid || h.Length == 0 {
 			continue
 		}
 		if found != nil {
 			return nil, malformed("certificate table lists %s twice", guid)
 		}
-		found = e.RawCert
+		found = table[h.Offset:end:end]
 	}
 	return found, nil
 }

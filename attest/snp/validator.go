@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-sev-guest/abi"
@@ -29,6 +31,9 @@ type Validator struct {
 	now      func() time.Time
 	log      *slog.Logger
 	tcbCheck validate.Options
+	// tcbVerdicts caches check 10 by tcbKey (bounded by tcbCount).
+	tcbVerdicts sync.Map
+	tcbCount    atomic.Int64
 }
 
 var _ attest.Validator = (*Validator)(nil)
@@ -211,8 +216,21 @@ func (v *Validator) checkIdentity(ev *Evidence) error {
 }
 
 // checkTCB runs go-sev-guest's field validation with only the TCB, SVN
-// and firmware options set (check 10).
+// and firmware options set (check 10). Its verdict depends only on the
+// fields in tcbKey (every other option is unset or already decided), so
+// it is computed once per distinct key: validate.SnpAttestation re-parses
+// the certificate on every call, which would cost a tenth of a join.
 func (v *Validator) checkTCB(ev *Evidence, der []byte) error {
+	r := ev.Report
+	key := tcbKey{
+		current: r.GetCurrentTcb(), reported: r.GetReportedTcb(), committed: r.GetCommittedTcb(), launch: r.GetLaunchTcb(),
+		guestSVN: r.GetGuestSvn(),
+		firmware: [6]uint32{r.GetCurrentBuild(), r.GetCurrentMinor(), r.GetCurrentMajor(),
+			r.GetCommittedBuild(), r.GetCommittedMinor(), r.GetCommittedMajor()},
+	}
+	if verdict, ok := v.tcbVerdicts.Load(key); ok {
+		return verdict.(tcbVerdict).err
+	}
 	chain := &spb.CertificateChain{}
 	if ev.Signer.SigningKey == abi.VlekReportSigner {
 		chain.VlekCert = der
@@ -220,11 +238,27 @@ func (v *Validator) checkTCB(ev *Evidence, der []byte) error {
 		chain.VcekCert = der
 	}
 	opts := v.tcbCheck
-	if err := validate.SnpAttestation(&spb.Attestation{Report: ev.Report, CertificateChain: chain}, &opts); err != nil {
-		return attest.Refuse(latchkeyv1.Reason_TCB_TOO_OLD, "%w", err)
+	var err error
+	if verr := validate.SnpAttestation(&spb.Attestation{Report: r, CertificateChain: chain}, &opts); verr != nil {
+		err = attest.Refuse(latchkeyv1.Reason_TCB_TOO_OLD, "%w", verr)
 	}
-	return nil
+	if v.tcbCount.Load() < maxCachedChains {
+		if _, loaded := v.tcbVerdicts.LoadOrStore(key, tcbVerdict{err}); !loaded {
+			v.tcbCount.Add(1)
+		}
+	}
+	return err
 }
+
+// tcbKey holds the report fields check 10 reads. The certificate's TCB is
+// not part of it: check 3 made it equal to REPORTED_TCB.
+type tcbKey struct {
+	current, reported, committed, launch uint64
+	guestSVN                             uint32
+	firmware                             [6]uint32
+}
+
+type tcbVerdict struct{ err error }
 
 func (v *Validator) vmplList() []int {
 	var out []int

@@ -21,7 +21,9 @@ import (
 // ek-certificate: the EK certificate chain plus credential activation. The
 // challenge is answered in-process by a pre-made attestation on swtpm; the
 // time spent in that round trip (the agent's TPM2_ActivateCredential) is
-// subtracted and reported as tpm-ns/op, leaving verifier-ns/op.
+// subtracted and reported as tpm-ns/op, leaving verifier-ns/op (wall);
+// cpu-ns/op is this process's CPU time, i.e. the verifier plus the small
+// client side of the agent's Respond (swtpm runs in its own process).
 func BenchmarkValidate(b *testing.B) {
 	sim := tpmtest.Start(b)
 	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device})
@@ -46,7 +48,7 @@ func BenchmarkValidate(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		b.ReportMetric(float64((processCPU(b) - cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64((processCPU(b)-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	})
 	b.Run("ek-certificate", func(b *testing.B) {
 		v := newValidator(b, tpm.Policy{PCRs: pinned.PCRs, EKCARoots: sim.EKCARootsPEM})
@@ -56,13 +58,14 @@ func BenchmarkValidate(b *testing.B) {
 			defer func() { inTPM += time.Since(start) }()
 			return a.Respond(ctx, ch)
 		}
-		start := time.Now()
+		start, cpu := time.Now(), processCPU(b)
 		for b.Loop() {
 			if _, err := v.Validate(context.Background(), a.Evidence(), binding, rt); err != nil {
 				b.Fatal(err)
 			}
 		}
 		total := time.Since(start)
+		b.ReportMetric(float64((processCPU(b)-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		b.ReportMetric(float64(inTPM.Nanoseconds())/float64(b.N), "tpm-ns/op")
 		b.ReportMetric(float64((total-inTPM).Nanoseconds())/float64(b.N), "verifier-ns/op")
 	})

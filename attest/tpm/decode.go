@@ -19,8 +19,8 @@ import (
 type evidence struct {
 	akRaw     []byte
 	ak        *tpm2.TPMTPublic
-	akKey     *ecdsa.PublicKey
-	ekRaw     []byte // parsed by decodeEK, only when the AK is not pinned
+	akKey     *ecdsa.PublicKey // set by Validator.trustAK after checkAK
+	ekRaw     []byte           // parsed by decodeEK, only when the AK is not pinned
 	ekCertRaw []byte
 	ek        *tpm2.TPMTPublic  // nil when absent
 	ekCert    *x509.Certificate // nil when absent
@@ -46,9 +46,6 @@ func decode(raw []byte) (*evidence, error) {
 	ev := &evidence{akRaw: pb.AkPublic, quoteRaw: pb.Quote}
 	var err error
 	if ev.ak, err = parseCanonical[tpm2.TPMTPublic](pb.AkPublic, "ak public"); err != nil {
-		return nil, err
-	}
-	if ev.akKey, err = akKey(ev.ak); err != nil {
 		return nil, err
 	}
 	if err := ev.decodeQuote(&pb); err != nil {
@@ -91,7 +88,7 @@ func checkSizes(pb *latchkeyv1.TPMEvidence) error {
 // the structure claims to be a TPM-generated quote.
 func (ev *evidence) decodeQuote(pb *latchkeyv1.TPMEvidence) error {
 	var err error
-	if ev.quote, err = parseCanonical[tpm2.TPMSAttest](pb.Quote, "quote"); err != nil {
+	if ev.quote, err = parse[tpm2.TPMSAttest](pb.Quote, "quote"); err != nil {
 		return err
 	}
 	if ev.quote.Magic != tpm2.TPMGeneratedValue || ev.quote.Type != tpm2.TPMSTAttestQuote {
@@ -100,7 +97,7 @@ func (ev *evidence) decodeQuote(pb *latchkeyv1.TPMEvidence) error {
 	if ev.quoteInfo, err = ev.quote.Attested.Quote(); err != nil {
 		return fmt.Errorf("quote info: %w", err)
 	}
-	if ev.sig, err = parseCanonical[tpm2.TPMTSignature](pb.Signature, "signature"); err != nil {
+	if ev.sig, err = parse[tpm2.TPMTSignature](pb.Signature, "signature"); err != nil {
 		return err
 	}
 	return nil
@@ -138,11 +135,29 @@ func decodePCRs(in map[uint32][]byte) (map[int][]byte, error) {
 	return out, nil
 }
 
-// parseCanonical unmarshals a TPM structure and refuses bytes that do not
-// marshal back identically (trailing data, non-minimal encodings): names
-// and signatures are computed over the bytes, checks over the parsed
-// value, and the two must describe the same thing.
+// parseCanonical is parse for public areas, refusing bytes that do not
+// marshal back identically (trailing data, non-minimal encodings): a key's
+// TPM name is the hash of its bytes while the checks read the parsed
+// value, and the two must describe the same key. The quote and signature
+// need no such check (and skip its cost, a third of decoding): the quote's
+// bytes are what the signature covers, and a restricted AK only signs
+// quotes the TPM itself encoded.
 func parseCanonical[T tpm2.Marshallable, P interface {
+	*T
+	tpm2.Unmarshallable
+}](raw []byte, what string) (*T, error) {
+	v, err := parse[T, P](raw, what)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(tpm2.Marshal(*v), raw) {
+		return nil, fmt.Errorf("%s: not canonically encoded", what)
+	}
+	return v, nil
+}
+
+// parse unmarshals a TPM structure from untrusted bytes.
+func parse[T tpm2.Marshallable, P interface {
 	*T
 	tpm2.Unmarshallable
 }](raw []byte, what string) (v *T, err error) {
@@ -154,9 +169,6 @@ func parseCanonical[T tpm2.Marshallable, P interface {
 	v, err = tpm2.Unmarshal[T, P](raw)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	if !bytes.Equal(tpm2.Marshal(*v), raw) {
-		return nil, fmt.Errorf("%s: not canonically encoded", what)
 	}
 	return v, nil
 }

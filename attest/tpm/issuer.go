@@ -66,8 +66,9 @@ func (i *Issuer) Close() error { return nil }
 
 // Attest opens the TPM, loads the EK and the AK, quotes the configured PCRs
 // with binding as qualifying data and reads the EK certificate. The
-// returned Attestation keeps both keys loaded to answer the credential
-// challenge; on any error everything created so far is flushed.
+// returned Attestation keeps the keys loaded to answer the credential
+// challenge until Close; on any error everything created so far is
+// flushed.
 func (i *Issuer) Attest(ctx context.Context, binding []byte) (attest.Attestation, error) {
 	if len(binding) != bindingSize {
 		return nil, fmt.Errorf("tpm attest: binding has %d bytes, want %d", len(binding), bindingSize)
@@ -86,8 +87,8 @@ func (i *Issuer) Attest(ctx context.Context, binding []byte) (attest.Attestation
 	return a, nil
 }
 
-// attestation is one attempt: its connection, its two loaded keys and the
-// evidence they produced.
+// attestation is one attempt: its connection, its keys and the evidence
+// they produced.
 type attestation struct {
 	mu       sync.Mutex
 	conn     *tpmConn

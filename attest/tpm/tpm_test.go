@@ -456,6 +456,28 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+// A second, independently manufactured swtpm has its own EK and CA: its
+// certificate does not chain to the first one's CA.
+func TestEKCertificateFromAnotherSwtpmCA(t *testing.T) {
+	f, other := newFixture(t), tpmtest.StartFresh(t)
+	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: other.Device})
+	if err != nil {
+		t.Fatal(err)
+	}
+	binding := newBinding(t)
+	a, err := iss.Attest(context.Background(), binding)
+	if err != nil {
+		t.Fatalf("Attest: %v", err)
+	}
+	defer a.Close()
+	_, err = newValidator(t, f.caPolicy()).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+	wantReason(t, err, latchkeyv1.Reason_UNTRUSTED_AK)
+	_, err = newValidator(t, tpm.Policy{EKCARoots: other.EKCARootsPEM}).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+	if err != nil {
+		t.Errorf("own CA refused: %v", err)
+	}
+}
+
 func TestMalformedEvidence(t *testing.T) {
 	v := newValidator(t, tpm.Policy{AKPublicKeyHashes: []string{"sha256:" + strings.Repeat("00", 32)}})
 	for name, ev := range map[string][]byte{

@@ -77,19 +77,19 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 // in this order, and the first failure ends validation with its reason:
 //
 //  1. Decoding (MALFORMED): size limits (MaxEvidenceSize, per-structure
-//     limits, MaxEKCertificateSize), protobuf, every TPM structure
-//     canonically encoded, the AK point on P-256, the quote a
-//     TPM-generated TPMS_ATTEST of type quote, PCR indices 0..23 with
-//     32-byte values.
-//  2. AK trust (UNTRUSTED_AK, then ACTIVATION_FAILED): the AK must be a
-//     restricted, signing-only, fixedTPM, fixedParent, sensitiveDataOrigin
-//     ECC P-256 key. A pinned AK (akPublicKeyHashes) is then trusted as
-//     is. Otherwise the EK public area and certificate are decoded
-//     (MALFORMED), the EK must be an RSA-2048 restricted decryption key
-//     that is allow-listed (ekPublicKeyHashes) or certified by an EK
-//     certificate for the same key chaining to ekCARoots, and the agent
-//     must activate a credential made for the AK's name under that EK,
-//     through rt (see activateAK for how round-trip failures map).
+//     limits, MaxEKCertificateSize), protobuf, TPM structures (the AK
+//     public area canonically encoded), the quote a TPM-generated
+//     TPMS_ATTEST of type quote, PCR indices 0..23 with 32-byte values.
+//  2. AK trust (UNTRUSTED_AK, then ACTIVATION_FAILED): the policy must
+//     trust something, and the AK must be a restricted, signing-only,
+//     fixedTPM, fixedParent, sensitiveDataOrigin ECC P-256 key (a point
+//     off the curve is MALFORMED). A pinned AK (akPublicKeyHashes) is
+//     then trusted as is. Otherwise the EK public area (canonically
+//     encoded) and certificate are decoded (MALFORMED); the EK must be an RSA-2048 restricted decryption key
+//     that is allow-listed (ekPublicKeyHashes) or certified for the same
+//     key by an EK certificate chaining to ekCARoots; and the agent must
+//     activate a credential made for the AK's name under that EK, through
+//     rt (see activateAK for how round-trip failures map).
 //  3. Quote signature (BAD_SIGNATURE): ECDSA-SHA256 by the AK over the
 //     quote bytes.
 //  4. PCR values: the quote must select exactly the SHA-256 PCRs the
@@ -146,6 +146,10 @@ func (v *Validator) trustAK(ctx context.Context, ev *evidence, rt attest.RoundTr
 	}
 	if err := checkAK(ev.ak); err != nil {
 		return nil, "", attest.Refuse(latchkeyv1.Reason_UNTRUSTED_AK, "%w", err)
+	}
+	var err error
+	if ev.akKey, err = akKey(ev.ak); err != nil {
+		return nil, "", attest.Refuse(latchkeyv1.Reason_MALFORMED, "tpm evidence: %w", err)
 	}
 	akHash, err := keyHash(ev.akKey)
 	if err != nil {

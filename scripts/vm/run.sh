@@ -22,10 +22,10 @@ track() { HARNESS_PIDS+=("$1"); }
 # stop_pid PID: terminates one process we started and reaps it.
 stop_pid() {
   local pid=$1
-  kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
-  kill "$pid" 2>/dev/null
+  kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+  kill "$pid" 2>/dev/null || true
   for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null
+  kill -KILL "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }
 
@@ -165,12 +165,12 @@ wait_boot() {
   while kill -0 "$pid" 2>/dev/null; do
     if [[ -n $kill_on ]] && grep -qE "$kill_on" "$BOOT_SERIAL" 2>/dev/null; then
       BOOT_END=killed
-      kill -KILL "$pid"
+      kill -KILL "$pid" 2>/dev/null || true
       break
     fi
     if (($(now_ms) - t0 > limit)); then
       BOOT_END=timeout
-      kill -KILL "$pid"
+      kill -KILL "$pid" 2>/dev/null || true
       break
     fi
     sleep 0.2

@@ -121,11 +121,16 @@ func (v *Verifier) buildServer() error {
 	return nil
 }
 
-func (v *Verifier) certificate() (tls.Certificate, error) {
-	if v.cfg.TLSCert != "" {
-		return servingcert.Load(v.cfg.TLSCert, v.cfg.TLSKey)
+func (v *Verifier) certificate() (tls.Certificate, error) { return ServingCertificate(v.cfg) }
+
+// ServingCertificate loads the configured certificate, or the self-managed
+// one in the state directory (created on first use), exactly as serve
+// does, so `latchkey-verifier pin` prints the pin that is served.
+func ServingCertificate(cfg *Config) (tls.Certificate, error) {
+	if cfg.TLSCert != "" {
+		return servingcert.Load(cfg.TLSCert, cfg.TLSKey)
 	}
-	return servingcert.LoadOrCreate(v.cfg.StateDir, time.Now())
+	return servingcert.LoadOrCreate(cfg.StateDir, time.Now())
 }
 
 // Serve listens and serves until ctx ends, then stops gracefully: joins in

@@ -94,8 +94,8 @@ func LoadConfig(path string) (*Config, error) {
 	return &c, nil
 }
 
-// Validate fills defaults and checks required fields.
-func (c *Config) Validate() error {
+// Defaults fills the defaults of optional fields.
+func (c *Config) Defaults() {
 	if c.Listen == "" {
 		c.Listen = ":7443"
 	}
@@ -108,6 +108,11 @@ func (c *Config) Validate() error {
 	if c.AdminSocket == "" {
 		c.AdminSocket = "/run/latchkey/verifier.sock"
 	}
+}
+
+// Validate fills defaults and checks required fields.
+func (c *Config) Validate() error {
+	c.Defaults()
 	if c.Policy == "" {
 		return errors.New("no policy file configured (policy: or --policy)")
 	}

@@ -1,0 +1,139 @@
+// Package app assembles latchkey-agent's stages from its configuration and
+// maps the outcome of a boot to the agent's documented exit codes.
+// cmd/latchkey-agent only parses flags and calls it.
+package app
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/latchkey/latchkey/agent/boot"
+	"github.com/latchkey/latchkey/agent/config"
+	"github.com/latchkey/latchkey/agent/disk"
+	"github.com/latchkey/latchkey/agent/exitcode"
+	"github.com/latchkey/latchkey/agent/ticket"
+	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/attest/snp"
+	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/internal/execx"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// Deps are what the caller provides besides the config.
+type Deps struct {
+	Logger *slog.Logger
+	// Stdout receives the dry-run JoinConfiguration.
+	Stdout io.Writer
+	// Status is told where the boot stands (STATUS= lines); optional.
+	Status func(string)
+	// OnAttempt is told of each verifier attempt; optional.
+	OnAttempt func(endpoint string, attempt int)
+}
+
+// Build assembles a boot from a validated config. The returned close
+// releases the evidence device.
+func Build(cfg *config.Config, deps Deps) (*boot.Boot, func(), error) {
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	issuer, err := NewIssuer(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	tickets, err := newTickets(cfg, issuer, deps)
+	if err != nil {
+		issuer.Close()
+		return nil, nil, err
+	}
+	d, err := newDisk(cfg, deps.Logger)
+	if err != nil {
+		issuer.Close()
+		return nil, nil, err
+	}
+	joiner, err := newJoiner(cfg, deps)
+	if err != nil {
+		issuer.Close()
+		return nil, nil, err
+	}
+	b, err := boot.New(boot.Config{NodeName: cfg.NodeName, Role: role(cfg.Role), Disk: d, Tickets: tickets,
+		Joiner: joiner, Logger: deps.Logger, Status: deps.Status})
+	if err != nil {
+		issuer.Close()
+		return nil, nil, err
+	}
+	return b, func() { issuer.Close() }, nil
+}
+
+// NewIssuer picks the evidence variant: the configured one, or with
+// "auto" SEV-SNP when the machine offers it and the TPM otherwise.
+func NewIssuer(cfg *config.Config) (attest.Issuer, error) {
+	v := cfg.Variant
+	if v == "auto" {
+		v = "tpm"
+		if snp.Available() {
+			v = "snp"
+		}
+	}
+	if v == "snp" {
+		return snp.NewIssuer(snp.IssuerConfig{})
+	}
+	return tpm.NewIssuer(tpm.IssuerConfig{Device: cfg.TPM.Device, PCRs: cfg.TPM.PCRs})
+}
+
+func newTickets(cfg *config.Config, issuer attest.Issuer, deps Deps) (*ticket.Client, error) {
+	pins, err := atls.ParsePins(cfg.VerifierPins)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.InsecureSkipVerifierAuth {
+		deps.Logger.Warn("verifier authentication is OFF (--insecure-skip-verifier-auth): any server can hand this node a key")
+	}
+	return ticket.New(ticket.Config{Endpoints: cfg.Verifiers, Pins: pins,
+		InsecureSkipVerifierAuth: cfg.InsecureSkipVerifierAuth, Issuer: issuer,
+		Timeout: cfg.Timeout.Duration, Logger: deps.Logger, OnAttempt: deps.OnAttempt})
+}
+
+func newDisk(cfg *config.Config, log *slog.Logger) (disk.Stage, error) {
+	if cfg.Disk.Mode == "key-only" {
+		return disk.KeyOnly{UUID: cfg.Disk.UUID}, nil
+	}
+	return disk.NewLUKS(disk.LUKSConfig{
+		Device: cfg.Disk.Device, PartLabel: cfg.Disk.PartLabel, WaitTimeout: cfg.Disk.WaitTimeout.Duration,
+		MountPoint: cfg.Disk.MountPoint, BindMounts: cfg.Disk.BindMounts, FSType: cfg.Disk.FSType,
+		WipeStateDisk: cfg.Disk.WipeStateDisk, Logger: log,
+		Runner: execx.New(execx.Config{Logger: log}),
+	})
+}
+
+func role(r string) latchkeyv1.Role {
+	if r == "control-plane" {
+		return latchkeyv1.Role_ROLE_CONTROL_PLANE
+	}
+	return latchkeyv1.Role_ROLE_WORKER
+}
+
+// ExitCode maps the outcome of a boot to the agent's exit codes.
+func ExitCode(err error) int {
+	var se *boot.StageError
+	var refused *ticket.RefusedError
+	switch {
+	case err == nil:
+		return exitcode.OK
+	case errors.As(err, &refused) && !refused.Transient():
+		return exitcode.RefusedByPolicy
+	case errors.Is(err, ticket.ErrUnreachable):
+		return exitcode.VerifierUnreachable
+	case errors.As(err, &se) && se.Stage == boot.StageDisk:
+		return exitcode.DiskRefused
+	case errors.As(err, &se) && se.Stage == boot.StageJoin:
+		return exitcode.KubeadmFailed
+	}
+	return exitcode.Internal
+}
+
+// Timeout is how long Run may take as a whole: the ticket timeout plus
+// room for the disk and the join.
+func Timeout(cfg *config.Config) time.Duration { return cfg.Timeout.Duration + 15*time.Minute }

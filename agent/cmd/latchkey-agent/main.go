@@ -1,0 +1,199 @@
+// Command latchkey-agent proves this machine to a latchkey verifier at
+// boot, opens the state disk with the key it receives, and joins the
+// Kubernetes cluster.
+//
+//	latchkey-agent [run] [flags]   one boot (the systemd unit's command)
+//	latchkey-agent measure         print this machine's reference values
+//	latchkey-agent status          ask the running agent where it stands
+//
+// Exit codes are documented in agent/exitcode.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/latchkey/latchkey/agent/app"
+	"github.com/latchkey/latchkey/agent/config"
+	"github.com/latchkey/latchkey/agent/exitcode"
+	"github.com/latchkey/latchkey/internal/sdnotify"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "run":
+		return runBoot(args, stdout, stderr)
+	case "measure":
+		return runMeasure(args, stdout, stderr)
+	case "status":
+		return runStatus(args, stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "latchkey-agent: unknown command %q (run, measure, status)\n", cmd)
+		return exitcode.BadConfig
+	}
+}
+
+// flags are the command-line overrides; they win over the kernel command
+// line, which wins over the config file.
+type flags struct {
+	configPath                                   string
+	verifiers, pins                              string
+	insecure, dryRun, wipe, noJoin               bool
+	nodeName, role, variant, tpmDevice, diskMode string
+	diskDevice, diskUUID, cmdlinePath, logLevel  string
+}
+
+func (f *flags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.configPath, "config", config.DefaultPath, "config file")
+	fs.StringVar(&f.verifiers, "verifier", "", "verifier host:port, comma-separated (overrides latchkey.verifier= and the file)")
+	fs.StringVar(&f.pins, "pin", "", "verifier SPKI pin(s) sha256:<hex>, comma-separated")
+	fs.BoolVar(&f.insecure, "insecure-skip-verifier-auth", false, "accept any verifier (lab use only)")
+	fs.StringVar(&f.nodeName, "node-name", "", "Kubernetes node name (default: host name)")
+	fs.StringVar(&f.role, "role", "", "worker or control-plane")
+	fs.StringVar(&f.variant, "variant", "", "evidence: tpm, snp or auto")
+	fs.StringVar(&f.tpmDevice, "tpm-device", "", "TPM device or tcp://host:port of a swtpm")
+	fs.StringVar(&f.diskMode, "disk-mode", "", "luks or key-only")
+	fs.StringVar(&f.diskDevice, "disk-device", "", "state disk device")
+	fs.StringVar(&f.diskUUID, "disk-uuid", "", "disk UUID in key-only mode")
+	fs.BoolVar(&f.wipe, "wipe-state-disk", false, "DESTROY data on a state disk that is not latchkey's and format it")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "print the kubeadm JoinConfiguration (secrets redacted) instead of running kubeadm")
+	fs.BoolVar(&f.noJoin, "no-join", false, "do not join Kubernetes (disk-only machines)")
+	fs.StringVar(&f.cmdlinePath, "kernel-cmdline", "/proc/cmdline", "kernel command line to read latchkey.* from")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+// load merges the sources in precedence order.
+func (f *flags) load(fs *flag.FlagSet) (*config.Config, error) {
+	explicit := false
+	fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "config" })
+	cfg, err := config.LoadFile(f.configPath, explicit)
+	if err != nil {
+		return nil, err
+	}
+	if cl, err := config.ReadKernelCmdline(f.cmdlinePath); err == nil {
+		cfg.ApplyKernelCmdline(cl)
+	}
+	f.apply(cfg)
+	return cfg, nil
+}
+
+func (f *flags) apply(c *config.Config) {
+	if f.verifiers != "" {
+		c.Verifiers = strings.Split(f.verifiers, ",")
+	}
+	if f.pins != "" {
+		c.VerifierPins = strings.Split(f.pins, ",")
+	}
+	c.InsecureSkipVerifierAuth = c.InsecureSkipVerifierAuth || f.insecure
+	c.Disk.WipeStateDisk = c.Disk.WipeStateDisk || f.wipe
+	c.Join.DryRun = c.Join.DryRun || f.dryRun
+	c.Join.Disabled = c.Join.Disabled || f.noJoin
+	override(&c.NodeName, f.nodeName)
+	override(&c.Role, f.role)
+	override(&c.Variant, f.variant)
+	override(&c.TPM.Device, f.tpmDevice)
+	override(&c.Disk.Mode, f.diskMode)
+	override(&c.Disk.Device, f.diskDevice)
+	override(&c.Disk.UUID, f.diskUUID)
+}
+
+func override(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func runBoot(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("latchkey-agent run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f flags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return exitcode.BadConfig
+	}
+	log := newLogger(stderr, f.logLevel)
+	cfg, err := f.load(fs)
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		log.Error("bad configuration", "error", err.Error())
+		return exitcode.BadConfig
+	}
+	return boot(cfg, log, stdout)
+}
+
+func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	notify := sdnotify.New(sdnotify.Config{Logger: log})
+	status := func(s string) { _ = notify.Status(s) }
+	b, closeFn, err := app.Build(cfg, app.Deps{Logger: log, Stdout: stdout, Status: status,
+		OnAttempt: func(ep string, n int) { status(fmt.Sprintf("attesting to %s (attempt %d)", ep, n)) }})
+	if err != nil {
+		log.Error("cannot start", "error", err.Error())
+		return exitcode.BadConfig
+	}
+	defer closeFn()
+	err = b.Run(ctx)
+	code := app.ExitCode(err)
+	if err != nil {
+		log.Error("boot failed", "exit", exitcode.Name(code), "error", err.Error())
+		_ = notify.Status("failed: " + err.Error())
+		return code
+	}
+	_ = notify.ReadyStatus("node ready for kubelet")
+	log.Info("boot complete", "node", cfg.NodeName)
+	return exitcode.OK
+}
+
+func runMeasure(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("latchkey-agent measure", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f flags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return exitcode.BadConfig
+	}
+	cfg, err := f.load(fs)
+	if err != nil {
+		fmt.Fprintln(stderr, "latchkey-agent measure:", err)
+		return exitcode.BadConfig
+	}
+	if err := app.Measure(context.Background(), cfg, stdout); err != nil {
+		fmt.Fprintln(stderr, "latchkey-agent measure:", err)
+		return exitcode.Internal
+	}
+	return exitcode.OK
+}
+
+func runStatus(args []string, stdout, stderr io.Writer) int {
+	fmt.Fprintln(stderr, "latchkey-agent status: the local status API is not available in this build")
+	return exitcode.Internal
+}
+
+var _ = errors.New

@@ -1,0 +1,251 @@
+package join
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/agent/disk"
+	"github.com/latchkey/latchkey/internal/execx"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+var (
+	pinA = "sha256:" + strings.Repeat("a1", 32)
+	pinB = "sha256:" + strings.Repeat("b2", 32)
+	key  = strings.Repeat("c3", 32)
+)
+
+func workerTicket() Ticket {
+	return Ticket{
+		NodeName:     "node-1",
+		Endpoints:    []string{"10.0.0.1:6443", "10.0.0.2:6443"},
+		Token:        "abcdef.0123456789abcdef",
+		CACertHashes: []string{pinA, pinB},
+	}
+}
+
+func newJoiner(t *testing.T, r execx.Runner, mod func(*Config)) *Joiner {
+	t.Helper()
+	cfg := Config{Runner: r, Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), RetryDelay: time.Millisecond}
+	if mod != nil {
+		mod(&cfg)
+	}
+	j, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+const wantWorker = `apiVersion: kubeadm.k8s.io/v1beta4
+discovery:
+  bootstrapToken:
+    apiServerEndpoint: 10.0.0.1:6443
+    caCertHashes:
+    - sha256:a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1
+    - sha256:b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2
+    token: abcdef.0123456789abcdef
+kind: JoinConfiguration
+nodeRegistration:
+  name: node-1
+  taints: null
+timeouts:
+  discovery: 30s
+`
+
+func TestRenderWorker(t *testing.T) {
+	j := newJoiner(t, &execx.Fake{}, func(c *Config) { c.DiscoveryTimeout = 30 * time.Second })
+	out, err := j.Render(workerTicket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != wantWorker {
+		t.Fatalf("got\n%s\nwant\n%s", out, wantWorker)
+	}
+}
+
+func TestRenderControlPlane(t *testing.T) {
+	j := newJoiner(t, &execx.Fake{}, func(c *Config) {
+		c.AdvertiseAddress, c.BindPort, c.CRISocket = "10.0.0.9", 6443, "unix:///run/containerd/containerd.sock"
+	})
+	tk := workerTicket()
+	tk.ControlPlane, tk.CertificateKey = true, key
+	out, err := j.Render(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"controlPlane:\n  certificateKey: " + key + "\n  localAPIEndpoint:\n    advertiseAddress: 10.0.0.9\n    bindPort: 6443\n",
+		"criSocket: unix:///run/containerd/containerd.sock\n",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("missing %q in\n%s", want, out)
+		}
+	}
+}
+
+func TestRenderRedacted(t *testing.T) {
+	j := newJoiner(t, &execx.Fake{}, nil)
+	tk := workerTicket()
+	tk.ControlPlane, tk.CertificateKey = true, key
+	out, err := j.RenderRedacted(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	if strings.Contains(s, "0123456789abcdef") || strings.Contains(s, key) {
+		t.Fatalf("secret in redacted output:\n%s", s)
+	}
+	if !strings.Contains(s, "token: abcdef.<redacted>\n") || !strings.Contains(s, "certificateKey: <redacted>\n") {
+		t.Fatalf("redaction markers missing:\n%s", s)
+	}
+}
+
+func TestRenderRefusesBadTickets(t *testing.T) {
+	j := newJoiner(t, &execx.Fake{}, nil)
+	cases := map[string]func(*Ticket){
+		"no token":      func(tk *Ticket) { tk.Token = "" },
+		"bad token":     func(tk *Ticket) { tk.Token = "ABCDEF.0123456789abcdef" },
+		"no pins":       func(tk *Ticket) { tk.CACertHashes = nil },
+		"bad pin":       func(tk *Ticket) { tk.CACertHashes = []string{"sha256:zz"} },
+		"no endpoint":   func(tk *Ticket) { tk.Endpoints = nil },
+		"bad endpoint":  func(tk *Ticket) { tk.Endpoints = []string{"no-port"} },
+		"bad node":      func(tk *Ticket) { tk.NodeName = "Node_1" },
+		"cp, no key":    func(tk *Ticket) { tk.ControlPlane = true },
+		"cp, short key": func(tk *Ticket) { tk.ControlPlane, tk.CertificateKey = true, "abcd" },
+	}
+	for name, mod := range cases {
+		tk := workerTicket()
+		mod(&tk)
+		if _, err := j.Render(tk); err == nil {
+			t.Errorf("%s: rendered", name)
+		}
+	}
+}
+
+// checkingRunner checks the config file kubeadm is given, then answers
+// from the Fake.
+type checkingRunner struct {
+	t    *testing.T
+	fake *execx.Fake
+	seen []string
+}
+
+func (c *checkingRunner) Run(ctx context.Context, cmd execx.Cmd) (execx.Result, error) {
+	if len(cmd.Args) > 2 && cmd.Args[0] == "join" {
+		path := cmd.Args[2]
+		c.seen = append(c.seen, path)
+		fi, err := os.Stat(path)
+		if err != nil {
+			c.t.Errorf("config file: %v", err)
+		} else if fi.Mode().Perm() != 0o600 {
+			c.t.Errorf("config file mode %v, want 0600", fi.Mode().Perm())
+		}
+		if b, _ := os.ReadFile(path); !strings.Contains(string(b), "token: abcdef.0123456789abcdef") {
+			c.t.Errorf("config file lacks the token:\n%s", b)
+		}
+	}
+	return c.fake.Run(ctx, cmd)
+}
+
+func TestJoinWritesAndRemovesConfig(t *testing.T) {
+	cr := &checkingRunner{t: t, fake: &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join", Stdout: "line one\nThis node has joined the cluster\n"}}}}
+	j := newJoiner(t, cr, nil)
+	if err := j.Join(context.Background(), workerTicket(), disk.Result{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(cr.seen) != 1 {
+		t.Fatalf("kubeadm join ran %d times", len(cr.seen))
+	}
+	if _, err := os.Stat(cr.seen[0]); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("config file left behind: %v", err)
+	}
+	calls := cr.fake.Calls()
+	if got := calls[0].Cmd.String(); got != "kubeadm join --config "+cr.seen[0] {
+		t.Fatalf("command %q", got)
+	}
+	if cr.fake.Ran("kubeadm reset") != 0 {
+		t.Fatal("reset after a successful join")
+	}
+}
+
+func TestJoinFailureResets(t *testing.T) {
+	f := &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join", ExitCode: 1, Stderr: "error execution phase preflight"}}}
+	j := newJoiner(t, f, func(c *Config) { c.CRISocket = "unix:///run/crio.sock" })
+	tk := workerTicket()
+	tk.ControlPlane, tk.CertificateKey = true, key
+	err := j.Join(context.Background(), tk, disk.Result{})
+	if execx.ExitCode(err) != 1 || !strings.Contains(err.Error(), "preflight") {
+		t.Fatalf("err = %v", err)
+	}
+	calls := f.Calls()
+	if len(calls) != 2 || !strings.HasSuffix(calls[0].Cmd.String(), " --control-plane") ||
+		calls[1].Cmd.String() != "kubeadm reset -f --cri-socket unix:///run/crio.sock" {
+		t.Fatalf("calls %v", calls)
+	}
+}
+
+func TestJoinDryRunDoesNotReset(t *testing.T) {
+	f := &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join", ExitCode: 1}}}
+	j := newJoiner(t, f, func(c *Config) { c.DryRun = true })
+	if err := j.Join(context.Background(), workerTicket(), disk.Result{}); err == nil {
+		t.Fatal("failure not reported")
+	}
+	calls := f.Calls()
+	if len(calls) != 1 || !strings.HasSuffix(calls[0].Cmd.String(), " --dry-run") {
+		t.Fatalf("calls %v", calls)
+	}
+}
+
+func TestJoinSkippedWithKubeletCredentials(t *testing.T) {
+	f := &execx.Fake{}
+	j := newJoiner(t, f, nil)
+	if err := j.Join(context.Background(), Ticket{}, disk.Result{HasKubeletCredentials: true}); err != nil {
+		t.Fatal(err)
+	}
+	fetched := 0
+	fetch := func(context.Context) (Ticket, error) { fetched++; return workerTicket(), nil }
+	if err := j.Run(context.Background(), fetch, disk.Result{HasKubeletCredentials: true}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Calls()) != 0 || fetched != 0 {
+		t.Fatalf("%d commands, %d fetches for a joined node", len(f.Calls()), fetched)
+	}
+}
+
+func TestRunRetriesWithFreshTickets(t *testing.T) {
+	f := &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join", ExitCode: 1, Times: 1}}}
+	j := newJoiner(t, f, nil)
+	fetched := 0
+	fetch := func(context.Context) (Ticket, error) { fetched++; return workerTicket(), nil }
+	if err := j.Run(context.Background(), fetch, disk.Result{}); err != nil {
+		t.Fatal(err)
+	}
+	if fetched != 2 || f.Ran("kubeadm join") != 2 || f.Ran("kubeadm reset -f") != 1 {
+		t.Fatalf("fetched %d, joins %d, resets %d", fetched, f.Ran("kubeadm join"), f.Ran("kubeadm reset -f"))
+	}
+}
+
+func TestRunGivesUp(t *testing.T) {
+	f := &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join", ExitCode: 1}}}
+	j := newJoiner(t, f, func(c *Config) { c.Attempts = 2 })
+	fetch := func(context.Context) (Ticket, error) { return workerTicket(), nil }
+	err := j.Run(context.Background(), fetch, disk.Result{})
+	if err == nil || !strings.Contains(err.Error(), "after 2 attempts") || f.Ran("kubeadm join") != 2 {
+		t.Fatalf("err %v, joins %d", err, f.Ran("kubeadm join"))
+	}
+}
+
+func TestTicketFrom(t *testing.T) {
+	pt := &latchkeyv1.Ticket{ApiServerEndpoints: []string{"a:1"}, Token: "abcdef.0123456789abcdef",
+		CaCertHashes: []string{pinA}, CertificateKey: key}
+	tk := TicketFrom("n", latchkeyv1.Role_ROLE_CONTROL_PLANE, pt)
+	if !tk.ControlPlane || tk.CertificateKey != key || tk.Endpoints[0] != "a:1" || tk.NodeName != "n" {
+		t.Fatalf("%+v", tk)
+	}
+}

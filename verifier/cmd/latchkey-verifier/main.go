@@ -1,0 +1,178 @@
+// Command latchkey-verifier checks node evidence against the reference
+// policy and hands out disk keys and bootstrap tokens.
+//
+//	latchkey-verifier serve [--config FILE] [flags]
+//	latchkey-verifier pin [--config FILE]        print the serving SPKI pin
+//	latchkey-verifier policy check FILE          validate a policy file
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/latchkey/latchkey/internal/sdnotify"
+	"github.com/latchkey/latchkey/verifier/app"
+	"github.com/latchkey/latchkey/verifier/policy"
+	"github.com/latchkey/latchkey/verifier/servingcert"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: latchkey-verifier serve|pin|policy check FILE")
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "pin":
+		return pin(args[1:], stdout, stderr)
+	case "policy":
+		return policyCmd(args[1:], stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "latchkey-verifier: unknown command %q\n", args[0])
+		return 2
+	}
+}
+
+// serveFlags override the config file.
+type serveFlags struct {
+	config, listen, policy, stateDir, masterSecret, salt, logLevel string
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.config, "config", "", "config file (default "+app.DefaultConfigPath+" if it exists)")
+	fs.StringVar(&f.listen, "listen", "", "join address host:port (default :7443)")
+	fs.StringVar(&f.policy, "policy", "", "policy file")
+	fs.StringVar(&f.stateDir, "state-dir", "", "directory of the self-managed serving key")
+	fs.StringVar(&f.masterSecret, "master-secret-file", "", "master secret file (default: systemd credential latchkey-master-secret)")
+	fs.StringVar(&f.salt, "cluster-salt", "", "this cluster's HKDF salt")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func (f *serveFlags) load() (*app.Config, error) {
+	cfg, err := f.loadFile()
+	if err != nil {
+		return nil, err
+	}
+	return cfg, cfg.Validate()
+}
+
+// loadFile reads the config file (if any) and applies the flags, without
+// requiring what only serve needs.
+func (f *serveFlags) loadFile() (*app.Config, error) {
+	cfg := &app.Config{}
+	path := f.config
+	if path == "" {
+		if _, err := os.Stat(app.DefaultConfigPath); err == nil {
+			path = app.DefaultConfigPath
+		}
+	}
+	if path != "" {
+		var err error
+		if cfg, err = app.LoadConfig(path); err != nil {
+			return nil, err
+		}
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&cfg.Listen, f.listen)
+	set(&cfg.Policy, f.policy)
+	set(&cfg.StateDir, f.stateDir)
+	set(&cfg.MasterSecretFile, f.masterSecret)
+	set(&cfg.ClusterSalt, f.salt)
+	cfg.Defaults()
+	return cfg, nil
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func serve(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("latchkey-verifier serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serveFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := newLogger(stderr, f.logLevel)
+	cfg, err := f.load()
+	if err != nil {
+		log.Error("bad configuration", "error", err.Error())
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	notify := sdnotify.New(sdnotify.Config{Logger: log})
+	v, err := app.New(cfg, app.Deps{Logger: log, Ready: func() { _ = notify.Ready() }})
+	if err != nil {
+		log.Error("cannot start", "error", err.Error())
+		return 1
+	}
+	if err := v.Serve(ctx); err != nil {
+		log.Error("serve failed", "error", err.Error())
+		return 1
+	}
+	return 0
+}
+
+func pin(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("latchkey-verifier pin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serveFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg, err := f.loadFile()
+	if err != nil {
+		fmt.Fprintln(stderr, "latchkey-verifier pin:", err)
+		return 2
+	}
+	c, err := app.ServingCertificate(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "latchkey-verifier pin:", err)
+		return 1
+	}
+	pins, err := servingcert.Pins(c)
+	if err != nil {
+		fmt.Fprintln(stderr, "latchkey-verifier pin:", err)
+		return 1
+	}
+	// The leaf's pin. With a configured CA-signed chain an operator may
+	// pin the CA instead; `openssl` prints its SPKI like any other.
+	fmt.Fprintln(stdout, pins[0].String())
+	return 0
+}
+
+func policyCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 2 || args[0] != "check" {
+		fmt.Fprintln(stderr, "usage: latchkey-verifier policy check FILE")
+		return 2
+	}
+	snap, err := policy.LoadFile(args[1], policy.Deps{})
+	if err != nil {
+		fmt.Fprintf(stderr, "policy %s: %v\n", args[1], err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "policy %s is valid (%s), %d variant(s) enabled\n", args[1], snap.Digest, len(snap.Validators))
+	return 0
+}
