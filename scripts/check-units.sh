@@ -10,7 +10,10 @@
 #   5. a minimal Debian root (debootstrap, cached) gets image/install.sh,
 #      then `systemd-analyze verify --root=DIR` on the installed units and
 #      drop-ins and `systemctl --root=DIR is-enabled` for each unit;
-#   6. only with LATCHKEY_CHECK_MKOSI=1 (mkosi >= 20 on PATH, about 4
+#   6. scripts/unit-semantics.sh: a real systemd (a user manager in a
+#      private mount namespace) plays boots with the real agent unit and
+#      kubelet drop-in: ordering, Requisite=, restarts, stop propagation;
+#   7. only with LATCHKEY_CHECK_MKOSI=1 (mkosi >= 20 on PATH, about 4
 #      minutes cold): a Debian image built by mkosi with the fragment in
 #      image/mkosi.conf.d/latchkey gets the same checks.
 #
@@ -33,10 +36,12 @@ ROOTFS_KEY="debootstrap --variant=minbase --include=systemd $SUITE $MIRROR"
 VERIFIER_MAX=2.0
 AGENT_MAX=5.0
 UNITS=(latchkey-agent.service latchkey-verifier.service latchkey-verifier.socket)
+REGEN_EXTRA="x=image/mkosi.conf.d/latchkey/mkosi.extra; rm -rf \$x && mkdir \$x && image/install.sh --root \$x --no-binaries"
 ENABLED=(latchkey-agent.service latchkey-verifier.service latchkey-verifier.socket)
 
 PASSED=0
 FAILED=0
+PLACEHOLDERS=0
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/check-units.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
@@ -76,6 +81,7 @@ binaries() {
     (cd "$REPO" && go build -o "$bin"/ ./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier)
   else
     echo "NOTE  the mains do not exist yet: checking with placeholder executables"
+    PLACEHOLDERS=1
     printf '#!/bin/sh\nexit 0\n' >"$bin/latchkey-agent"
     cp "$bin/latchkey-agent" "$bin/latchkey-verifier"
     chmod 0755 "$bin"/*
@@ -121,7 +127,7 @@ check_mkosi_extra() {
   if diff -r --no-dereference "$fresh" "$REPO/image/mkosi.conf.d/latchkey/mkosi.extra" >"$WORK/diff"; then
     pass "image/mkosi.conf.d/latchkey/mkosi.extra is up to date"
   else
-    fail "image/mkosi.conf.d/latchkey/mkosi.extra is stale; run: image/install.sh --root image/mkosi.conf.d/latchkey/mkosi.extra --no-binaries"
+    fail "image/mkosi.conf.d/latchkey/mkosi.extra is stale; run: $REGEN_EXTRA"
     sed 's/^/      /' "$WORK/diff"
   fi
 }
@@ -211,7 +217,21 @@ check_installed() {
   done
 }
 
-# 6. A real mkosi build that includes the fragment.
+# 6. Dependency semantics under a running systemd.
+check_semantics() {
+  local line verifier=$WORK/bin/latchkey-verifier
+  ((PLACEHOLDERS == 0)) || verifier=""
+  unshare --mount --propagation private -- "$REPO/scripts/unit-semantics.sh" "$REPO" ${verifier:+"$verifier"} >"$WORK/semantics.log" 2>&1
+  while IFS= read -r line; do
+    case $line in
+      "ok    "*) pass "semantics: ${line#ok    }" ;;
+      "FAIL  "*) fail "semantics: ${line#FAIL  }" ;;
+    esac
+  done <"$WORK/semantics.log"
+  grep -q '^ok ' "$WORK/semantics.log" || { fail "semantics: unit-semantics.sh ran nothing"; sed 's/^/      /' "$WORK/semantics.log"; }
+}
+
+# 7. A real mkosi build that includes the fragment.
 check_mkosi() {
   [[ ${LATCHKEY_CHECK_MKOSI:-0} == 1 ]] || return 0
   local proj=$WORK/mkosi u state version
@@ -261,6 +281,7 @@ main() {
   check_mkosi_extra
   check_enable_by_hand
   check_installed
+  check_semantics
   check_mkosi
   echo "check-units: $PASSED passed, $FAILED failed"
   ((FAILED == 0))

@@ -54,8 +54,9 @@ func (c *chainCache) load(key [sha256.Size]byte, now time.Time) (*endorsement, b
 	}
 	e := v.(*endorsement)
 	if !now.Before(e.notAfter) {
-		c.m.Delete(key)
-		c.n.Add(-1)
+		if c.m.CompareAndDelete(key, v) {
+			c.n.Add(-1)
+		}
 		return nil, false
 	}
 	return e, true

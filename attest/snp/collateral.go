@@ -25,7 +25,7 @@ var ErrCollateralMissing = errors.New("snp collateral missing")
 const maxCertSize = 16 << 10
 
 // Store shares fetched VCEK certificates between verifier replicas
-// (ConfigMapStore). Names are VCEKFileName values.
+// (kubestore.ConfigMapStore). Names are VCEKFileName values.
 type Store interface {
 	// Get returns the certificate stored under name, or an error wrapping
 	// ErrCollateralMissing.

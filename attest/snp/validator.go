@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -350,12 +349,10 @@ func (v *Validator) endorsementDER(ctx context.Context, ev *Evidence) ([]byte, e
 	if v.coll == nil {
 		return nil, missing("no VCEK certificate in the report and no collateral cache configured; need %s", need)
 	}
+	// Collateral.VCEK logs read errors and reports them as a miss.
 	der, err := v.coll.VCEK(ctx, reportProductLine(r), r.GetChipId(), r.GetReportedTcb())
-	if errors.Is(err, ErrCollateralMissing) {
-		return nil, missing("no VCEK certificate in the report or the collateral cache; need %s", need)
-	}
 	if err != nil {
-		return nil, attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "collateral cache: %w", err)
+		return nil, missing("no VCEK certificate in the report or the collateral cache; need %s", need)
 	}
 	return der, nil
 }

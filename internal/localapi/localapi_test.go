@@ -98,10 +98,10 @@ func start(t *testing.T, cfg Config) *grpc.ClientConn {
 func TestAgentStatusRoundTrip(t *testing.T) {
 	want := &adminv1.AgentStatus{
 		Stage: adminv1.Stage_STAGE_ATTESTING, StageSinceUnix: 1_790_000_000, Attempt: 3,
-		VerifierEndpoint: "verifier-1:9446", LastError: "connection refused",
+		VerifierEndpoint: "verifier-1:7443", LastError: "connection refused",
 		LastReason: latchkeyv1.Reason_UNAVAILABLE, NodeName: "worker-1",
 		DiskUuid: "0b5e6f6e-4b8c-4f51-9d7e-5f1c2b3a4d5e", Variant: latchkeyv1.Variant_VARIANT_TPM,
-		StatusLine: "attesting to verifier-1:9446 (attempt 3)",
+		StatusLine: "attesting to verifier-1:7443 (attempt 3)",
 	}
 	conn := start(t, Config{Agent: fakeAgent{want}})
 	got, err := adminv1.NewAgentAdminClient(conn).Status(context.Background(), &adminv1.StatusRequest{})
@@ -241,7 +241,7 @@ func TestWriteStatus(t *testing.T) {
 	var buf bytes.Buffer
 	err := WriteStatus(&buf, &adminv1.AgentStatus{
 		Stage: adminv1.Stage_STAGE_FAILED, StageSinceUnix: 1_790_000_040, Attempt: 1,
-		VerifierEndpoint: "v1:9446", LastError: "pcr 7 holds an unlisted value",
+		VerifierEndpoint: "v1:7443", LastError: "pcr 7 holds an unlisted value",
 		LastReason: latchkeyv1.Reason_PCR_MISMATCH, ExitCode: 3, Rejoin: true, DiskUuid: "u-1",
 	}, now)
 	if err != nil {

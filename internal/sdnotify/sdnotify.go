@@ -72,7 +72,7 @@ func (n *Notifier) ReadyStatus(status string) error {
 }
 
 // Status sets the free-form status line `systemctl status` shows, e.g.
-// "attesting to verifier-1:9446 (attempt 3)". Newlines become spaces and
+// "attesting to verifier-1:7443 (attempt 3)". Newlines become spaces and
 // long lines are cut.
 func (n *Notifier) Status(status string) error {
 	return n.notify("STATUS=" + cleanStatus(status))

@@ -46,7 +46,7 @@ func TestNotificationsReachNotifySocket(t *testing.T) {
 		call func() error
 		want string
 	}{
-		{func() error { return n.Status("attesting to v1:9446\n(attempt 3)") }, "STATUS=attesting to v1:9446 (attempt 3)"},
+		{func() error { return n.Status("attesting to v1:7443\n(attempt 3)") }, "STATUS=attesting to v1:7443 (attempt 3)"},
 		{n.Ready, "READY=1"},
 		{func() error { return n.ReadyStatus("joined") }, "READY=1\nSTATUS=joined"},
 		{func() error { return n.ExtendTimeout(1500 * time.Millisecond) }, "EXTEND_TIMEOUT_USEC=1500000"},

@@ -210,7 +210,7 @@ build_image() {
   cp -a "$ROOTFS_DIR/root" "$tmp/root"
   guest_common_setup "$tmp/root"
   "$hook" "$tmp/root"
-  mkfs.ext4 -q -F -L latchkey-root -d "$tmp/root" "$tmp/image.ext4" "$VM_ROOT_SIZE" ||
+  mkfs.ext4 -q -F -L latchkey-root -d "$tmp/root" "$tmp/image.ext4" "$VM_ROOT_SIZE" >/dev/null ||
     die "mkfs.ext4 -d failed"
   mv "$tmp/image.ext4" "$IMAGE"
   safe_rm "$tmp"

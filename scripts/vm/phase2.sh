@@ -1,5 +1,23 @@
 # shellcheck shell=bash
-# Phase 2 of scripts/e2e-vm.sh (sourced): latchkey's own scenario.
+# shellcheck disable=SC2034 # BOOT_* globals are read by boot() in run.sh
+# Phase 2 of scripts/e2e-vm.sh (sourced): latchkey's own scenario (issue 7).
+#
+# The guest image is the debootstrap root with latchkey installed by the
+# real image/install.sh (binaries, units, drop-ins, presets, config), plus
+# test-only units from scripts/vm/guest/phase2: a kubelet stand-in (so the
+# real kubelet drop-in decides whether it starts), a golden-boot measure
+# unit, and a check unit that reports the boot's outcome on the console.
+# The verifier runs on a host loopback port, forwarded into the guest.
+
+# LATCHKEY_E2E_JOIN: "disabled" (join.disabled in the agent config) is the
+# only mode until a local control plane exists for the verifier to mint
+# tokens on (issue 5); the agent's disk and ticket stages run for real.
+P2_JOIN=${LATCHKEY_E2E_JOIN:-disabled}
+# The agent's ticket timeout in the guest: long enough for the verifier
+# outage step, short enough that a refused boot ends within minutes.
+P2_AGENT_TIMEOUT=${LATCHKEY_E2E_AGENT_TIMEOUT:-90s}
+P2_TAMPER_PCR=9
+P2_FAULT_STEP=header-written
 
 # phase2_missing prints what phase 2 still lacks in the tree, if anything.
 phase2_missing() {
@@ -8,12 +26,256 @@ phase2_missing() {
   [[ -n $(ls "$REPO"/verifier/cmd/latchkey-verifier/*.go 2>/dev/null) ]] || echo "verifier/cmd/latchkey-verifier"
 }
 
+# build_latchkey sets P2_BIN to a folder with latchkey-agent and
+# latchkey-verifier, built static and reproducibly (no VCS stamp), so the
+# image cache key changes only when the code does.
+build_latchkey() {
+  P2_BIN=$VM_CACHE/bin
+  mkdir -p "$P2_BIN"
+  (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -o "$P2_BIN/" \
+    ./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier) || die "go build of latchkey failed"
+}
+
+# write_agent_config: the agent.yaml the image bakes in. The verifier and
+# its pin come from the kernel command line, as image/README.md describes.
+write_agent_config() {
+  P2_AGENT_CONFIG=$VM_CACHE/agent-e2e.yaml
+  {
+    echo "# latchkey-agent config of the e2e guest (scripts/vm/phase2.sh)"
+    echo "variant: tpm"
+    echo "timeout: $P2_AGENT_TIMEOUT"
+    echo "disk:"
+    echo "  device: /dev/disk/by-id/virtio-latchkey-state"
+    case $P2_JOIN in
+      disabled) printf 'join:\n  disabled: true\n' ;;
+      *) die "LATCHKEY_E2E_JOIN=$P2_JOIN: only 'disabled' is supported until a local control plane exists" ;;
+    esac
+  } >"$P2_AGENT_CONFIG.tmp"
+  mv "$P2_AGENT_CONFIG.tmp" "$P2_AGENT_CONFIG"
+}
+
+phase2_hook() {
+  local root=$1
+  "$REPO/image/install.sh" --root "$root" --bin-dir "$P2_BIN" --agent-config "$P2_AGENT_CONFIG" \
+    >"$VM_CACHE/install-e2e.log" 2>&1 || { cat "$VM_CACHE/install-e2e.log" >&2; die "image/install.sh failed"; }
+  cp -a "$REPO/scripts/vm/guest/phase2/." "$root/"
+  systemctl --root="$root" enable kubelet.service latchkey-e2e-measure.service \
+    latchkey-e2e-check.service >/dev/null 2>&1 || die "enable phase 2 guest units failed"
+}
+
 build_phase2_image() {
   local missing
   missing=$(phase2_missing)
   [[ -z $missing ]] || die "phase 2 needs: ${missing//$'\n'/, }"
+  build_latchkey
+  write_agent_config
+  build_image phase2 phase2_hook "$( (sha256sum "$P2_BIN/latchkey-agent" "$P2_AGENT_CONFIG"
+    tree_hash "$REPO/image" "$REPO/units") | key_of)"
 }
+
+# ---------------------------------------------------------------- verifier
+
+# verifier_init: config, master secret and serving key under
+# $RUN_DIR/verifier; sets VERIFIER_PORT, VERIFIER_CONFIG, VERIFIER_PIN.
+verifier_init() {
+  local dir=$RUN_DIR/verifier
+  mkdir -p "$dir/state" && chmod 700 "$dir"
+  VERIFIER_PORT=$(free_port)
+  head -c 32 /dev/urandom >"$dir/master.secret" && chmod 600 "$dir/master.secret"
+  VERIFIER_CONFIG=$dir/verifier.yaml
+  cat >"$VERIFIER_CONFIG" <<EOF
+listen: 127.0.0.1:$VERIFIER_PORT
+stateDir: $dir/state
+policy: $dir/policy.yaml
+masterSecretFile: $dir/master.secret
+clusterSalt: latchkey-e2e-vm
+adminSocket: "-"
+EOF
+  VERIFIER_PIN=$("$P2_BIN/latchkey-verifier" pin --config "$VERIFIER_CONFIG") || die "latchkey-verifier pin failed"
+  VERIFIER_LOG=$dir/verifier.log
+  : >"$VERIFIER_LOG"
+  forward_port "$VERIFIER_PORT"
+}
+
+verifier_start() {
+  "$P2_BIN/latchkey-verifier" serve --config "$VERIFIER_CONFIG" >>"$VERIFIER_LOG" 2>&1 &
+  VERIFIER_PID=$!
+  track "$VERIFIER_PID"
+  wait_listen "$VERIFIER_PORT" 20 || die "verifier did not start (see $VERIFIER_LOG)"
+}
+
+verifier_stop() { stop_pid "$VERIFIER_PID"; }
+
+# write_policy B64: the golden boot's `latchkey-agent measure` output, with
+# the throwaway EK CA added as ekCARoots so a second node manufactured by
+# the same CA (the crash step's) is trusted by its EK certificate.
+write_policy() {
+  local policy=$RUN_DIR/verifier/policy.yaml pem
+  base64 -d <<<"$1" >"$policy.tmp" || die "golden boot printed no valid measure output"
+  # ekCARoots is appended to the tpm section, which must come last.
+  if ! grep -q '^tpm:' "$policy.tmp" || [[ $(tail -n 1 "$policy.tmp") != ' '* ]] ||
+    [[ $(grep '^[a-z]' "$policy.tmp" | tail -n 1) != tpm:* ]]; then
+    die "unexpected measure output shape: $policy.tmp"
+  fi
+  {
+    echo "  ekCARoots:"
+    for pem in "$RUN_DIR/tpmca/issuercert.pem" "$RUN_DIR/tpmca/swtpm-localca-rootca-cert.pem"; do
+      echo "  - |"
+      sed 's/^/    /' "$pem"
+    done
+  } >>"$policy.tmp"
+  "$P2_BIN/latchkey-verifier" policy check "$policy.tmp" >&2 || die "captured policy does not validate"
+  mv "$policy.tmp" "$policy"
+}
+
+# audit_mark / audit_lines: the verifier's "join decision" lines logged
+# since the mark, i.e. during one boot.
+audit_mark() { AUDIT_FROM=$(wc -l <"$VERIFIER_LOG"); }
+audit_lines() { tail -n "+$((AUDIT_FROM + 1))" "$VERIFIER_LOG" | grep 'msg="join decision"' || true; }
+audit_has() { audit_lines | grep -E "$1" | grep -qE "${2:-.}"; }
+audit_count() { audit_lines | grep -cE "$1" || true; }
+
+# ---------------------------------------------------------------- checks
+
+agent_ready() { serial_has 'E2E: agent state=active result=success'; }
+kubelet_started() { serial_has 'E2E: kubelet active' && serial_has 'E2E: kubelet stand-in started'; }
+kubelet_not_started() { ! serial_has 'E2E: kubelet stand-in started' && ! serial_has 'E2E: kubelet active'; }
+disk_open() { serial_has 'E2E: disk open cipher=aes-xts-plain64'; }
+disk_closed() { serial_has 'E2E: disk closed'; }
+binds_on_state() { serial_has 'E2E: bind /etc/kubernetes /dev/mapper/latchkey-state' &&
+  serial_has 'E2E: bind /var/lib/kubelet /dev/mapper/latchkey-state'; }
+check_done() { serial_has "E2E: DONE boot $BOOT_LABEL"; }
+disk_uuid() { serial_value 'disk uuid '; }
+agent_ms() { serial_value 'agent ready in ' | awk '{print $1}'; }
+host_luks_uuid() { cryptsetup luksUUID "$RUN_DIR/$1/state.img" 2>/dev/null || echo none; }
+no_join_line() { ! serial_has 'running kubeadm join|kubeadm join --config'; }
+
+# boot_note: the agent's share of the boot, for the results table.
+boot_note() { local ms; ms=$(agent_ms); [[ -n $ms ]] && echo "agent start to READY ${ms} ms"; }
+
+# ---------------------------------------------------------------- scenario
 
 run_phase2() {
   build_phase2_image
+  verifier_init
+  BOOT_CMDLINE="latchkey.verifier=$GUEST_HOST_IP:$VERIFIER_PORT latchkey.pin=$VERIFIER_PIN"
+  node_create n1
+  p2_golden
+  verifier_start
+  p2_first_boot
+  p2_reboot
+  p2_tampered
+  p2_verifier_down
+  p2_crash
+  verifier_stop
+}
+
+p2_golden() {
+  local b64
+  boot n1 golden -- latchkey.e2e.measure systemd.mask=latchkey-agent.service
+  b64=$(serial_value 'measure-b64 ')
+  check "guest powered off" booted_cleanly
+  check "measure printed" test -n "$b64"
+  [[ -n $b64 ]] && write_policy "$b64"
+  check "policy written" test -s "$RUN_DIR/verifier/policy.yaml"
+  step_done "golden boot (latchkey-agent measure)" "$BOOT_SECS"
+  [[ -s $RUN_DIR/verifier/policy.yaml ]] || die "no policy captured; cannot go on"
+}
+
+p2_first_boot() {
+  audit_mark
+  boot n1 first
+  N1_UUID=$(disk_uuid)
+  check "guest powered off" booted_cleanly
+  check "report complete" check_done
+  check "agent ready" agent_ready
+  check "disk formatted and open" disk_open
+  check "disk uuid" test "${N1_UUID:-none}" != none
+  check "state mounted" serial_has 'E2E: state mount /dev/mapper/latchkey-state'
+  check "bind mounts" binds_on_state
+  check "marker written" serial_has 'E2E: marker written by boot first'
+  check "marker on state disk" serial_has 'E2E: marker is on the state disk'
+  check "kubelet started" kubelet_started
+  check "audit: accepted first join" audit_has 'result=accepted' "rejoin=false.*disk_uuid=$N1_UUID|disk_uuid=$N1_UUID.*rejoin=false"
+  check "audit: exactly one join" test "$(audit_count .)" -eq 1
+  check "host sees LUKS2 uuid" test "$(host_luks_uuid n1)" == "${N1_UUID:-x}"
+  step_done "first boot: attest, format, open, mount" "$BOOT_SECS" "$(boot_note)"
+}
+
+p2_reboot() {
+  audit_mark
+  boot n1 reboot
+  check "guest powered off" booted_cleanly
+  check "agent ready" agent_ready
+  check "same disk" test "$(disk_uuid)" == "${N1_UUID:-x}"
+  check "disk open" disk_open
+  check "bind mounts" binds_on_state
+  check "marker persisted" serial_has 'E2E: marker found, written by boot first'
+  check "kubelet started" kubelet_started
+  check "audit: rejoin accepted" audit_has 'result=accepted' 'rejoin=true'
+  check "no second join" no_join_line
+  step_done "reboot: rejoin, same key, marker kept" "$BOOT_SECS" "$(boot_note)"
+}
+
+p2_tampered() {
+  audit_mark
+  boot n1 tampered -- "latchkey.e2e.tamper=$P2_TAMPER_PCR"
+  check "guest powered off" booted_cleanly
+  check "tamper unit ran" serial_has "E2E: tamper: recorded an event into pcr $P2_TAMPER_PCR"
+  check "agent refused (exit 3)" serial_has 'E2E: agent state=failed .*exit=3 '
+  check "disk closed" disk_closed
+  check "state not mounted" serial_has 'E2E: state mount none'
+  check "kubelet not started" kubelet_not_started
+  check "audit: refused PCR_MISMATCH" audit_has 'result=refused' 'reason=PCR_MISMATCH'
+  check "audit: nothing accepted" test "$(audit_count 'result=accepted')" -eq 0
+  step_done "tampered boot: refused, disk closed" "$BOOT_SECS" \
+    "$(audit_count 'reason=PCR_MISMATCH') refusal(s) PCR_MISMATCH"
+  # The marker is untouched: the next good boot (verifier outage) finds it.
+}
+
+# p2_verifier_down: the verifier is stopped at boot and started again once
+# the agent has logged a failed attempt.
+p2_verifier_down() {
+  verifier_stop
+  audit_mark
+  BOOT_TRIGGER_RE='join attempt failed'
+  BOOT_TRIGGER_FN=verifier_start
+  boot n1 verifier-down
+  check "guest powered off" booted_cleanly
+  check "agent saw the outage" serial_has 'join attempt failed'
+  check "verifier restarted during boot" test "$BOOT_TRIGGERED" == 1
+  check "agent ready" agent_ready
+  check "same disk" test "$(disk_uuid)" == "${N1_UUID:-x}"
+  check "marker kept after tamper" serial_has 'E2E: marker found, written by boot first'
+  check "kubelet started" kubelet_started
+  check "audit: rejoin accepted" audit_has 'result=accepted' 'rejoin=true'
+  step_done "verifier down at boot, back in time" "$BOOT_SECS" "$(boot_note)"
+  if ! kill -0 "$VERIFIER_PID" 2>/dev/null; then verifier_start; fi
+}
+
+# p2_crash: a fresh node is killed right after its LUKS header is written
+# (the agent stops at latchkey.fault=STEP), then boots again.
+p2_crash() {
+  local crash_uuid
+  if ! grep -q 'latchkey.fault' "$P2_BIN/latchkey-agent"; then
+    RESULTS+=("crash after LUKS header write|SKIP|-|agent has no latchkey.fault= hook yet")
+    return 0
+  fi
+  node_create n2
+  audit_mark
+  boot n2 crash --kill-on "fault.*$P2_FAULT_STEP" -- "latchkey.fault=$P2_FAULT_STEP"
+  crash_uuid=$(host_luks_uuid n2)
+  check "qemu killed at the fault point" test "$BOOT_END" == killed
+  check "header on disk" test "$crash_uuid" != none
+  check "audit: first join accepted" audit_has 'result=accepted' 'rejoin=false'
+  step_done "crash: killed after LUKS header write" "$BOOT_SECS" "header uuid $crash_uuid"
+  audit_mark
+  boot n2 recover
+  check "guest powered off" booted_cleanly
+  check "agent ready" agent_ready
+  check "not reformatted" test "$(disk_uuid)" == "$crash_uuid"
+  check "disk open" disk_open
+  check "marker written" serial_has 'E2E: marker written by boot recover'
+  check "audit: rejoin accepted" audit_has 'result=accepted' 'rejoin=true'
+  step_done "crash recovery: finish without reformat" "$BOOT_SECS" "$(boot_note)"
 }

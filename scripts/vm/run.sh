@@ -124,7 +124,7 @@ qemu_args() {
     -machine q35,accel=tcg -cpu max -smp "$VM_SMP" -m "$VM_MEMORY" \
     -kernel "$KERNEL_DIR/vmlinuz" -initrd "$INITRD" -append "$cmdline" \
     -drive "file=$dir/root.img,if=virtio,format=raw,cache=unsafe" \
-    -drive "file=$dir/state.img,if=virtio,format=raw" \
+    -drive "file=$dir/state.img,if=virtio,format=raw,serial=latchkey-state" \
     -chardev "socket,id=chrtpm,path=$dir/swtpm.sock" \
     -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-tis,tpmdev=tpm0 \
     -netdev "$net" -device virtio-net-pci,netdev=n0 \
@@ -133,9 +133,11 @@ qemu_args() {
 
 # boot NODE LABEL [--kill-on REGEX] [--] [KERNEL ARGS...]: boots the node
 # once and waits until the guest powers off, the timeout passes, or a
-# serial line matches REGEX (then QEMU is killed: a crash). Sets
-# BOOT_SERIAL, BOOT_SECS, BOOT_END (poweroff|killed|timeout) and
-# BOOT_STATUS (QEMU's exit status).
+# serial line matches REGEX (then QEMU is killed: a crash). When
+# BOOT_TRIGGER_RE is set, BOOT_TRIGGER_FN runs once as soon as a serial
+# line matches it (both are cleared afterwards). Sets BOOT_SERIAL,
+# BOOT_SECS, BOOT_END (poweroff|killed|timeout), BOOT_STATUS (QEMU's exit
+# status) and BOOT_TRIGGERED (1 when the trigger ran).
 boot() {
   local node=$1 kill_on='' t0 qemu_pid args
   BOOT_LABEL=$2
@@ -154,6 +156,8 @@ boot() {
   log "boot $node/$BOOT_LABEL started (serial: ${BOOT_SERIAL#"$REPO"/})"
   wait_boot "$qemu_pid" "$t0" "$kill_on"
   BOOT_SECS=$(secs_since "$t0")
+  BOOT_TRIGGER_RE='' BOOT_TRIGGER_FN=''
+
   stop_pid "$SWTPM_PID"
   log "boot $node/$BOOT_LABEL: $BOOT_END after $BOOT_SECS s (qemu status $BOOT_STATUS)"
 }
@@ -162,7 +166,13 @@ boot() {
 wait_boot() {
   local pid=$1 t0=$2 kill_on=$3 limit=$((VM_BOOT_TIMEOUT * 1000))
   BOOT_END=poweroff
+  BOOT_TRIGGERED=0
   while kill -0 "$pid" 2>/dev/null; do
+    if [[ -n ${BOOT_TRIGGER_RE:-} && $BOOT_TRIGGERED == 0 ]] && grep -qE "$BOOT_TRIGGER_RE" "$BOOT_SERIAL" 2>/dev/null; then
+      BOOT_TRIGGERED=1
+      log "serial matched '$BOOT_TRIGGER_RE': running $BOOT_TRIGGER_FN"
+      "$BOOT_TRIGGER_FN"
+    fi
     if [[ -n $kill_on ]] && grep -qE "$kill_on" "$BOOT_SERIAL" 2>/dev/null; then
       BOOT_END=killed
       kill -KILL "$pid" 2>/dev/null || true

@@ -62,7 +62,10 @@ func toStatus(err error) error {
 // audit writes the one line every join ends with. It names the node,
 // variant, evidence digest, result and reason, never a key or token.
 func (s *Service) audit(ctx context.Context, snap *policy.Snapshot, out *outcome, err error) {
-	reason := reasonOf(err)
+	reason := reasonOf(err).String()
+	if err == nil {
+		reason = "NONE"
+	}
 	result := "accepted"
 	level := slog.LevelInfo
 	if err != nil {
@@ -75,7 +78,7 @@ func (s *Service) audit(ctx context.Context, snap *policy.Snapshot, out *outcome
 		"node", out.hello.GetNodeName(), "disk_uuid", out.hello.GetDiskUuid(),
 		"role", out.hello.GetRole().String(), "rejoin", out.hello.GetRejoin(),
 		"variant", out.hello.GetVariant().String(), "evidence_digest", out.digest,
-		"result", result, "reason", reason.String(), "policy", snap.Digest,
+		"result", result, "reason", reason, "policy", snap.Digest,
 		"validation_ms", float64(out.validation.Microseconds()) / 1000,
 	}
 	if out.verified != nil {
@@ -89,6 +92,6 @@ func (s *Service) audit(ctx context.Context, snap *policy.Snapshot, out *outcome
 	}
 	s.log.Log(ctx, level, "join decision", attrs...)
 	if s.cfg.Recorder != nil {
-		s.cfg.Recorder.ObserveJoin(out.hello.GetVariant().String(), result, reason.String(), out.validation)
+		s.cfg.Recorder.ObserveJoin(out.hello.GetVariant().String(), result, reason, out.validation)
 	}
 }

@@ -282,7 +282,7 @@ func (a *Approver) write(ctx context.Context, csr *certv1.CertificateSigningRequ
 func (a *Approver) event(ctx context.Context, csr *certv1.CertificateSigningRequest, typ, reason, msg string) {
 	now := metav1.Now()
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: csr.Name + ".", Namespace: metav1.NamespaceDefault},
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", csr.Name, now.UnixNano()), Namespace: metav1.NamespaceDefault},
 		InvolvedObject: corev1.ObjectReference{
 			Kind: "CertificateSigningRequest", APIVersion: certv1.SchemeGroupVersion.String(),
 			Name: csr.Name, UID: csr.UID,

@@ -11,7 +11,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/latchkey/latchkey/agent/app"
 	"github.com/latchkey/latchkey/agent/config"
@@ -57,6 +57,7 @@ type flags struct {
 	insecure, dryRun, wipe, noJoin               bool
 	nodeName, role, variant, tpmDevice, diskMode string
 	diskDevice, diskUUID, cmdlinePath, logLevel  string
+	timeout                                      time.Duration
 }
 
 func (f *flags) register(fs *flag.FlagSet) {
@@ -76,6 +77,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.noJoin, "no-join", false, "do not join Kubernetes (disk-only machines)")
 	fs.StringVar(&f.cmdlinePath, "kernel-cmdline", "/proc/cmdline", "kernel command line to read latchkey.* from")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&f.timeout, "timeout", 0, "give up getting a ticket after this long (default 10m)")
 }
 
 // load merges the sources in precedence order.
@@ -111,6 +113,9 @@ func (f *flags) apply(c *config.Config) {
 	override(&c.Disk.Mode, f.diskMode)
 	override(&c.Disk.Device, f.diskDevice)
 	override(&c.Disk.UUID, f.diskUUID)
+	if f.timeout > 0 {
+		c.Timeout.Duration = f.timeout
+	}
 }
 
 func override(dst *string, v string) {
@@ -195,5 +200,3 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stderr, "latchkey-agent status: the local status API is not available in this build")
 	return exitcode.Internal
 }
-
-var _ = errors.New

@@ -1,4 +1,8 @@
-package snp
+// Package kubestore keeps SEV-SNP collateral (VCEK certificates) in a
+// Kubernetes ConfigMap, so every verifier replica shares what one of them
+// fetched. It implements snp.Store and lives apart from package snp so the
+// agent, which links snp for its issuer, does not link client-go.
+package kubestore
 
 import (
 	"bytes"
@@ -14,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/latchkey/latchkey/attest/snp"
 )
 
 const (
@@ -25,8 +31,8 @@ const (
 	defaultMinRefresh = 30 * time.Second
 )
 
-// ConfigMapStoreConfig configures NewConfigMapStore.
-type ConfigMapStoreConfig struct {
+// Config configures New.
+type Config struct {
 	// Client is the Kubernetes client (a fake clientset in tests).
 	Client kubernetes.Interface
 	// Namespace holds the ConfigMap; required.
@@ -41,22 +47,22 @@ type ConfigMapStoreConfig struct {
 	Now func() time.Time
 }
 
-// ConfigMapStore is a Store in one ConfigMap's binaryData, keyed by
-// VCEKFileName, so every verifier replica shares the VCEKs any of them
+// ConfigMapStore is an snp.Store in one ConfigMap's binaryData, keyed by
+// snp.VCEKFileName, so every verifier replica shares the VCEKs any of them
 // fetched (the role Constellation's certcache plays). VCEKs are public
 // certificates, so a ConfigMap (not a Secret) is the right home.
 type ConfigMapStore struct {
-	cfg     ConfigMapStoreConfig
+	cfg     Config
 	mu      sync.Mutex
 	data    map[string][]byte
 	fetched time.Time
 }
 
-var _ Store = (*ConfigMapStore)(nil)
+var _ snp.Store = (*ConfigMapStore)(nil)
 
-// NewConfigMapStore returns a store over cfg's ConfigMap. Nothing is read
-// until the first Get.
-func NewConfigMapStore(cfg ConfigMapStoreConfig) (*ConfigMapStore, error) {
+// New returns a store over cfg's ConfigMap. Nothing is read until the
+// first Get.
+func New(cfg Config) (*ConfigMapStore, error) {
 	if cfg.Client == nil || cfg.Namespace == "" {
 		return nil, errors.New("configmap store: client and namespace are required")
 	}
@@ -82,12 +88,12 @@ func (s *ConfigMapStore) Get(ctx context.Context, name string) ([]byte, error) {
 	}
 	now := s.cfg.Now()
 	if !s.fetched.IsZero() && now.Sub(s.fetched) < s.cfg.MinRefresh {
-		return nil, ErrCollateralMissing
+		return nil, snp.ErrCollateralMissing
 	}
 	s.fetched = now
 	cm, err := s.cfg.Client.CoreV1().ConfigMaps(s.cfg.Namespace).Get(ctx, s.cfg.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, ErrCollateralMissing
+		return nil, snp.ErrCollateralMissing
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read configmap %s/%s: %w", s.cfg.Namespace, s.cfg.Name, err)
@@ -96,7 +102,7 @@ func (s *ConfigMapStore) Get(ctx context.Context, name string) ([]byte, error) {
 	if der, ok := s.data[name]; ok {
 		return der, nil
 	}
-	return nil, ErrCollateralMissing
+	return nil, snp.ErrCollateralMissing
 }
 
 // Put adds der under name to the ConfigMap, creating it when absent and

@@ -1,0 +1,91 @@
+package deploy
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/latchkey/latchkey/verifier/token"
+)
+
+func TestApplyIsIdempotent(t *testing.T) {
+	c := fake.NewClientset()
+	for range 2 {
+		if err := Apply(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crbs, _ := c.RbacV1().ClusterRoleBindings().List(context.Background(), metav1.ListOptions{})
+	if len(crbs.Items) != 3 {
+		t.Fatalf("%d cluster role bindings, want 3", len(crbs.Items))
+	}
+}
+
+// The bootstrap groups must never be bound to kubeadm's CSR auto-approval.
+func TestNoAutoApproval(t *testing.T) {
+	objs, err := Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		b, ok := o.(*rbacv1.ClusterRoleBinding)
+		if !ok {
+			continue
+		}
+		if b.RoleRef.Name == "system:certificates.k8s.io:certificatesigningrequests:nodeclient" {
+			t.Fatalf("%s binds the CSR auto-approval", b.Name)
+		}
+	}
+}
+
+// The verifier's credential can read no Secret but kubeadm-certs.
+func TestVerifierReadsNoSecrets(t *testing.T) {
+	objs, err := Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		r, ok := o.(*rbacv1.Role)
+		if !ok || r.Name != "latchkey:verifier" {
+			continue
+		}
+		for _, rule := range r.Rules {
+			if !slices.Contains(rule.Resources, "secrets") {
+				continue
+			}
+			reads := slices.Contains(rule.Verbs, "get") || slices.Contains(rule.Verbs, "list") || slices.Contains(rule.Verbs, "watch")
+			if reads && !slices.Equal(rule.ResourceNames, []string{"kubeadm-certs"}) {
+				t.Fatalf("rule %+v reads secrets", rule)
+			}
+		}
+	}
+}
+
+func TestGroupsMatchTheMinter(t *testing.T) {
+	objs, err := Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := map[string]bool{}
+	for _, o := range objs {
+		var subs []rbacv1.Subject
+		switch b := o.(type) {
+		case *rbacv1.ClusterRoleBinding:
+			subs = b.Subjects
+		case *rbacv1.RoleBinding:
+			subs = b.Subjects
+		}
+		for _, s := range subs {
+			if s.Kind == "Group" {
+				groups[s.Name] = true
+			}
+		}
+	}
+	if len(groups) != 2 || !groups[token.Group] || !groups[token.ControlPlaneGroup] {
+		t.Fatalf("groups %v", groups)
+	}
+}
