@@ -12,7 +12,10 @@
 #      drop-ins and `systemctl --root=DIR is-enabled` for each unit;
 #   6. scripts/unit-semantics.sh: a real systemd (a user manager in a
 #      private mount namespace) plays boots with the real agent unit and
-#      kubelet drop-in: ordering, Requisite=, restarts, stop propagation;
+#      kubelet/containerd drop-ins (ordering, Requisite=, restarts, stop
+#      propagation), then runs the built verifier under the real verifier
+#      unit and socket (READY in the sandbox, socket activation, watchdog,
+#      SIGTERM);
 #   7. only with LATCHKEY_CHECK_MKOSI=1 (mkosi >= 20 on PATH, about 4
 #      minutes cold): a Debian image built by mkosi with the fragment in
 #      image/mkosi.conf.d/latchkey gets the same checks.
@@ -23,8 +26,9 @@
 # in its rootfs-minbase/), LATCHKEY_BIN_DIR (prebuilt binaries; default:
 # go build them, or placeholders while the mains do not exist),
 # LATCHKEY_DEBIAN_MIRROR, LATCHKEY_DEBIAN_SUITE (default bookworm).
-# Needs root (debootstrap, unshare); installs debootstrap with apt-get when
-# missing. Ends with "N passed, N failed".
+# Needs root (debootstrap, unshare, a private systemd user manager);
+# installs what is missing with apt-get: systemd, util-linux, procps,
+# openssl, debootstrap. Ends with "N passed, N failed".
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -221,7 +225,7 @@ check_installed() {
 check_semantics() {
   local line verifier=$WORK/bin/latchkey-verifier
   ((PLACEHOLDERS == 0)) || verifier=""
-  unshare --mount --propagation private -- "$REPO/scripts/unit-semantics.sh" "$REPO" ${verifier:+"$verifier"} >"$WORK/semantics.log" 2>&1
+  unshare --mount --propagation private -- "$REPO/scripts/unit-semantics.sh" "$REPO" ${verifier:+"$verifier"} >"$WORK/semantics.log" 2>&1 || true
   while IFS= read -r line; do
     case $line in
       "ok    "*) pass "semantics: ${line#ok    }" ;;
@@ -273,7 +277,10 @@ CONF
 
 main() {
   [[ $(id -u) == 0 ]] || die "run as root (debootstrap, unshare)"
-  command -v systemd-analyze >/dev/null || die "systemd-analyze not found (apt-get install systemd)"
+  need systemd-analyze systemd
+  need unshare util-linux
+  need pgrep procps
+  need openssl openssl
   binaries
   check_verify
   check_security latchkey-verifier.service "$VERIFIER_MAX"

@@ -27,10 +27,14 @@ type Deps struct {
 	Logger *slog.Logger
 	// Stdout receives the dry-run JoinConfiguration.
 	Stdout io.Writer
-	// Status is told where the boot stands (STATUS= lines); optional.
-	Status func(string)
+	// OnProgress is told where the boot stands; optional.
+	OnProgress func(p boot.Progress, line string)
+	// OnPlan is told what the disk stage found; optional.
+	OnPlan func(disk.Plan)
 	// OnAttempt is told of each verifier attempt; optional.
 	OnAttempt func(endpoint string, attempt int)
+	// OnAttemptFailed is told why an attempt failed; optional.
+	OnAttemptFailed func(err error)
 }
 
 // Build assembles a boot from a validated config. The returned close
@@ -59,7 +63,7 @@ func Build(cfg *config.Config, deps Deps) (*boot.Boot, func(), error) {
 		return nil, nil, err
 	}
 	b, err := boot.New(boot.Config{NodeName: cfg.NodeName, Role: role(cfg.Role), Disk: d, Tickets: tickets,
-		Joiner: joiner, Logger: deps.Logger, Status: deps.Status})
+		Joiner: joiner, Logger: deps.Logger, OnProgress: deps.OnProgress, OnPlan: deps.OnPlan})
 	if err != nil {
 		issuer.Close()
 		return nil, nil, err
@@ -93,7 +97,8 @@ func newTickets(cfg *config.Config, issuer attest.Issuer, deps Deps) (*ticket.Cl
 	}
 	return ticket.New(ticket.Config{Endpoints: cfg.Verifiers, Pins: pins,
 		InsecureSkipVerifierAuth: cfg.InsecureSkipVerifierAuth, Issuer: issuer,
-		Timeout: cfg.Timeout.Duration, Logger: deps.Logger, OnAttempt: deps.OnAttempt})
+		Timeout: cfg.Timeout.Duration, Logger: deps.Logger, OnAttempt: deps.OnAttempt,
+		OnAttemptFailed: deps.OnAttemptFailed})
 }
 
 func newDisk(cfg *config.Config, log *slog.Logger) (disk.Stage, error) {

@@ -23,6 +23,28 @@ const (
 	StageJoin   = "join"
 )
 
+// Progress is where a boot stands, reported through Config.OnProgress.
+type Progress int
+
+// The boot's progress, in order.
+const (
+	// PreparingDisk: finding the state disk and reading its header.
+	PreparingDisk Progress = iota + 1
+	// Attesting: making evidence and talking to verifiers.
+	Attesting
+	// OpeningDisk: formatting or unlocking, mounting.
+	OpeningDisk
+	// DiskOpen: the state disk is open and mounted. The agent tells
+	// systemd READY=1 here, before kubeadm join: kubeadm restarts kubelet,
+	// which is ordered after the agent, so a READY sent after the join
+	// would deadlock the boot.
+	DiskOpen
+	// Joining: running kubeadm join.
+	Joining
+	// Done: nothing left to do.
+	Done
+)
+
 // StageError is a boot that stopped in a stage.
 type StageError struct {
 	Stage string
@@ -52,8 +74,11 @@ type Config struct {
 	// Joiner is nil when the node does not join Kubernetes.
 	Joiner Joiner
 	Logger *slog.Logger
-	// Status is told where the boot stands (STATUS= lines); optional.
-	Status func(string)
+	// OnProgress is told where the boot stands, with a line for humans
+	// (STATUS=, the status API); optional.
+	OnProgress func(p Progress, line string)
+	// OnPlan is told what the disk stage found; optional.
+	OnPlan func(disk.Plan)
 }
 
 // Boot is one boot of the agent.
@@ -67,20 +92,24 @@ func New(cfg Config) (*Boot, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Status == nil {
-		cfg.Status = func(string) {}
+	if cfg.OnProgress == nil {
+		cfg.OnProgress = func(Progress, string) {}
 	}
 	return &Boot{cfg: cfg}, nil
 }
 
 // Run runs every stage once.
 func (b *Boot) Run(ctx context.Context) error {
-	b.cfg.Status("inspecting state disk")
+	b.cfg.OnProgress(PreparingDisk, "inspecting state disk")
 	plan, err := b.cfg.Disk.Prepare(ctx)
 	if err != nil {
 		return &StageError{StageDisk, err}
 	}
 	b.cfg.Logger.Info("state disk inspected", "disk_uuid", plan.UUID, "rejoin", plan.Rejoin)
+	if b.cfg.OnPlan != nil {
+		b.cfg.OnPlan(plan)
+	}
+	b.cfg.OnProgress(Attesting, "attesting")
 	t, err := b.cfg.Tickets.Get(ctx, b.request(plan, false))
 	if err != nil {
 		return &StageError{StageTicket, err}
@@ -89,7 +118,12 @@ func (b *Boot) Run(ctx context.Context) error {
 	if err != nil {
 		return &StageError{StageDisk, err}
 	}
-	return b.join(ctx, plan, res, t)
+	b.cfg.OnProgress(DiskOpen, "state disk open")
+	if err := b.join(ctx, plan, res, t); err != nil {
+		return err
+	}
+	b.cfg.OnProgress(Done, "node ready")
+	return nil
 }
 
 func (b *Boot) request(plan disk.Plan, wantToken bool) ticket.Request {
@@ -100,7 +134,7 @@ func (b *Boot) request(plan disk.Plan, wantToken bool) ticket.Request {
 // openDisk hands the key to the disk stage and clears it afterwards; the
 // rest of the ticket is what the join stage needs.
 func (b *Boot) openDisk(ctx context.Context, plan disk.Plan, t *latchkeyv1.Ticket) (disk.Result, error) {
-	b.cfg.Status("unlocking state disk")
+	b.cfg.OnProgress(OpeningDisk, "unlocking state disk")
 	defer clear(t.DiskKey)
 	res, err := b.cfg.Disk.Open(ctx, plan, t.DiskKey)
 	if err != nil {
@@ -129,7 +163,7 @@ func (b *Boot) join(ctx context.Context, plan disk.Plan, res disk.Result, t *lat
 			return &StageError{StageTicket, err}
 		}
 	}
-	b.cfg.Status("running kubeadm join")
+	b.cfg.OnProgress(Joining, "running kubeadm join")
 	// The disk now carries this node's header: a fresh ticket is a rejoin
 	// that asks for a token.
 	fetch := func(ctx context.Context) (*latchkeyv1.Ticket, error) {

@@ -121,6 +121,38 @@ func TestDiskOnlyVerifierWithJoinerIsAnError(t *testing.T) {
 	}
 }
 
+func TestDiskOpenIsReportedBeforeJoin(t *testing.T) {
+	var seen []Progress
+	j := &orderJoiner{seen: &seen}
+	b, _ := New(Config{NodeName: "n1", Disk: &fakeDisk{plan: disk.Plan{UUID: "u"}}, Tickets: &fakeTickets{token: firstJoinToken},
+		Joiner: j, OnProgress: func(p Progress, _ string) { seen = append(seen, p) }})
+	if err := b.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []Progress{PreparingDisk, Attesting, OpeningDisk, DiskOpen, Joining, Done}
+	if len(seen) != len(want) || j.sawDiskOpen != true {
+		t.Fatalf("progress %v, want %v; join saw DiskOpen first: %v", seen, want, j.sawDiskOpen)
+	}
+	for i := range want {
+		if seen[i] != want[i] {
+			t.Fatalf("progress %v, want %v", seen, want)
+		}
+	}
+}
+
+// orderJoiner records whether DiskOpen was reported before it ran.
+type orderJoiner struct {
+	seen        *[]Progress
+	sawDiskOpen bool
+}
+
+func (o *orderJoiner) Join(context.Context, *latchkeyv1.Ticket, func(context.Context) (*latchkeyv1.Ticket, error)) error {
+	for _, p := range *o.seen {
+		o.sawDiskOpen = o.sawDiskOpen || p == DiskOpen
+	}
+	return nil
+}
+
 func TestStageErrorsNameTheStage(t *testing.T) {
 	err := run(t, &fakeDisk{plan: disk.Plan{UUID: "u"}, openErr: errors.New("bad header")}, &fakeTickets{}, nil)
 	var se *StageError

@@ -51,7 +51,7 @@ type Config struct {
 	// Timeout bounds the whole ticket stage (default 10m).
 	Timeout Duration `json:"timeout,omitempty"`
 	// StatusSocket is the local admin API socket (default
-	// /run/latchkey/agent.sock; "-" disables it).
+	// /run/latchkey/agent/admin.sock; "-" disables it).
 	StatusSocket string `json:"statusSocket,omitempty"`
 }
 
@@ -169,7 +169,7 @@ func (c *Config) defaults() error {
 	setDefault(&c.Role, "worker")
 	setDefault(&c.Variant, "auto")
 	setDefault(&c.Disk.Mode, "luks")
-	setDefault(&c.StatusSocket, "/run/latchkey/agent.sock")
+	setDefault(&c.StatusSocket, "/run/latchkey/agent/admin.sock")
 	if c.Timeout.Duration == 0 {
 		c.Timeout.Duration = 10 * time.Minute
 	}

@@ -55,6 +55,8 @@ type Config struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// OnAttempt is told of each attempt (for STATUS= lines); optional.
 	OnAttempt func(endpoint string, attempt int)
+	// OnAttemptFailed is told why an attempt failed; optional.
+	OnAttemptFailed func(err error)
 }
 
 // Client fetches tickets.
@@ -129,6 +131,9 @@ func (c *Client) Get(ctx context.Context, req Request) (*latchkeyv1.Ticket, erro
 			// An attempt cut short by the total deadline says less than the
 			// one before it.
 			last = err
+		}
+		if c.cfg.OnAttemptFailed != nil {
+			c.cfg.OnAttemptFailed(err)
 		}
 		wait := c.backoff(n, err)
 		c.cfg.Logger.Warn("join attempt failed", "endpoint", ep, "attempt", n+1,

@@ -132,7 +132,7 @@ write_policy() {
 # since the mark, i.e. during one boot.
 audit_mark() { AUDIT_FROM=$(wc -l <"$VERIFIER_LOG"); }
 audit_lines() { tail -n "+$((AUDIT_FROM + 1))" "$VERIFIER_LOG" | grep 'msg="join decision"' || true; }
-audit_has() { audit_lines | grep -E "$1" | grep -qE "${2:-.}"; }
+audit_has() { audit_lines | grep -E "$1" | grep -E "${2:-.}" >/dev/null; }
 audit_count() { audit_lines | grep -cE "$1" || true; }
 
 # ---------------------------------------------------------------- checks
@@ -142,8 +142,8 @@ kubelet_started() { serial_has 'E2E: kubelet active' && serial_has 'E2E: kubelet
 kubelet_not_started() { ! serial_has 'E2E: kubelet stand-in started' && ! serial_has 'E2E: kubelet active'; }
 disk_open() { serial_has 'E2E: disk open cipher=aes-xts-plain64'; }
 disk_closed() { serial_has 'E2E: disk closed'; }
-binds_on_state() { serial_has 'E2E: bind /etc/kubernetes /dev/mapper/latchkey-state' &&
-  serial_has 'E2E: bind /var/lib/kubelet /dev/mapper/latchkey-state'; }
+binds_on_state() { serial_has 'E2E: bind /etc/kubernetes dm:latchkey-state\[/etc/kubernetes\]' &&
+  serial_has 'E2E: bind /var/lib/kubelet dm:latchkey-state\[/var/lib/kubelet\]'; }
 check_done() { serial_has "E2E: DONE boot $BOOT_LABEL"; }
 disk_uuid() { serial_value 'disk uuid '; }
 agent_ms() { serial_value 'agent ready in ' | awk '{print $1}'; }
@@ -191,7 +191,7 @@ p2_first_boot() {
   check "agent ready" agent_ready
   check "disk formatted and open" disk_open
   check "disk uuid" test "${N1_UUID:-none}" != none
-  check "state mounted" serial_has 'E2E: state mount /dev/mapper/latchkey-state'
+  check "state mounted" serial_has 'E2E: state mount dm:latchkey-state$'
   check "bind mounts" binds_on_state
   check "marker written" serial_has 'E2E: marker written by boot first'
   check "marker on state disk" serial_has 'E2E: marker is on the state disk'

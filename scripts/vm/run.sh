@@ -123,8 +123,10 @@ qemu_args() {
   printf '%s\n' -nodefaults -display none -no-reboot \
     -machine q35,accel=tcg -cpu max -smp "$VM_SMP" -m "$VM_MEMORY" \
     -kernel "$KERNEL_DIR/vmlinuz" -initrd "$INITRD" -append "$cmdline" \
-    -drive "file=$dir/root.img,if=virtio,format=raw,cache=unsafe" \
-    -drive "file=$dir/state.img,if=virtio,format=raw,serial=latchkey-state" \
+    -drive "file=$dir/root.img,if=none,id=root,format=raw,cache=unsafe" \
+    -device virtio-blk-pci,drive=root \
+    -drive "file=$dir/state.img,if=none,id=state,format=raw" \
+    -device virtio-blk-pci,drive=state,serial=latchkey-state \
     -chardev "socket,id=chrtpm,path=$dir/swtpm.sock" \
     -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-tis,tpmdev=tpm0 \
     -netdev "$net" -device virtio-net-pci,netdev=n0 \
@@ -146,7 +148,7 @@ boot() {
   [[ ${1:-} == -- ]] && shift
   local cmdline="console=ttyS0,115200 root=/dev/vda rw panic=1 latchkey.e2e.boot=$BOOT_LABEL ${BOOT_CMDLINE:-} $*"
   BOOT_SERIAL=$RUN_DIR/$node/serial-$BOOT_LABEL.log
-  rm -f "$BOOT_SERIAL"
+  : >"$BOOT_SERIAL"
   start_swtpm "$node"
   mapfile -t args < <(qemu_args "$node" "$cmdline")
   t0=$(now_ms)
@@ -190,7 +192,7 @@ wait_boot() {
 }
 
 # serial_has REGEX: true when the last boot's console printed a match.
-serial_has() { grep -qE "$1" "$BOOT_SERIAL"; }
+serial_has() { tr -d '\r' <"$BOOT_SERIAL" | grep -E "$1" >/dev/null; }
 
 # serial_value PREFIX: the rest of the last console line starting with
 # "E2E: PREFIX" (carriage returns stripped).

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,7 +12,12 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/latchkey/latchkey/attest/snp"
+	"github.com/latchkey/latchkey/internal/localapi"
+	"github.com/latchkey/latchkey/internal/metrics"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/keys"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/service"
@@ -28,10 +32,6 @@ type Deps struct {
 	Listener net.Listener
 	// Minter replaces the one built from the Kubernetes section (tests).
 	Minter token.Minter
-	// Recorder receives join metrics; optional.
-	Recorder service.Recorder
-	// OnReload is told of policy reloads; optional.
-	OnReload func(digest string, err error)
 	// Ready is called once the listener serves; optional (sd_notify).
 	Ready func()
 }
@@ -44,9 +44,11 @@ type Verifier struct {
 	store  *policy.Store
 	grpc   *grpc.Server
 	health *health.Server
-	lis    net.Listener
 	// Minter is the token step in use (nil in disk-only mode).
-	Minter token.Minter
+	Minter  token.Minter
+	kube    kubernetes.Interface
+	metrics *metrics.Metrics
+	deps2   policy.Deps
 }
 
 // New loads everything serve needs and fails before listening if anything
@@ -59,6 +61,9 @@ func New(cfg *Config, deps Deps) (*Verifier, error) {
 		deps.Logger = slog.Default()
 	}
 	v := &Verifier{cfg: cfg, deps: deps}
+	if cfg.MetricsListen != "" {
+		v.metrics = metrics.New()
+	}
 	if err := v.loadKeys(); err != nil {
 		return nil, err
 	}
@@ -92,11 +97,13 @@ func (v *Verifier) loadPolicy() error {
 			return fmt.Errorf("snp collateral: %w", err)
 		}
 	}
-	v.store, err = policy.NewStore(policy.StoreConfig{Path: v.cfg.Policy, Deps: policy.Deps{SNPCollateral: coll},
-		Logger: v.deps.Logger, OnReload: v.deps.OnReload})
+	v.deps2 = policy.Deps{SNPCollateral: coll}
+	v.store, err = policy.NewStore(policy.StoreConfig{Path: v.cfg.Policy, Deps: v.deps2,
+		Logger: v.deps.Logger, OnReload: v.onReload})
 	if err != nil {
 		return err
 	}
+	v.metrics.PolicyLoaded(v.store.Current().Digest)
 	v.deps.Logger.Info("policy loaded", "path", v.cfg.Policy, "policy", v.store.Current().Digest)
 	return nil
 }
@@ -108,12 +115,12 @@ func (v *Verifier) buildServer() error {
 	}
 	v.Minter = v.deps.Minter
 	if v.Minter == nil && v.cfg.Kubernetes != nil {
-		if v.Minter, err = newKubeMinter(v.cfg.Kubernetes, v.deps.Logger); err != nil {
+		if v.kube, v.Minter, err = newKubeMinter(v.cfg.Kubernetes, v.deps.Logger); err != nil {
 			return err
 		}
 	}
 	svc, err := service.New(service.Config{Policy: v.store, Keys: v.keys, Minter: v.Minter,
-		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Recorder: v.deps.Recorder})
+		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics})
 	if err != nil {
 		return err
 	}
@@ -142,6 +149,9 @@ func (v *Verifier) Serve(ctx context.Context) error {
 		return err
 	}
 	go v.store.Run(ctx)
+	go v.serveMetrics(ctx)
+	stopAdmin := v.serveAdmin()
+	defer stopAdmin()
 	errc := make(chan error, 1)
 	go func() { errc <- v.grpc.Serve(lis) }()
 	v.deps.Logger.Info("verifier serving", "address", lis.Addr().String(), "disk_only", v.Minter == nil)
@@ -184,10 +194,59 @@ func (v *Verifier) listener() (net.Listener, error) {
 	return lis, nil
 }
 
-// Health exposes the health server (tests, admin API).
-func (v *Verifier) Health() *health.Server { return v.health }
+func (v *Verifier) onReload(digest string, err error) {
+	if err != nil {
+		v.metrics.PolicyReloadFailed()
+		return
+	}
+	v.metrics.PolicyLoaded(digest)
+}
 
-var _ healthpb.HealthServer = (*health.Server)(nil)
+func (v *Verifier) serveMetrics(ctx context.Context) {
+	if v.cfg.MetricsListen == "" {
+		return
+	}
+	if err := v.metrics.ListenAndServe(ctx, v.cfg.MetricsListen, v.deps.Logger); err != nil {
+		v.deps.Logger.Error("metrics server failed", "address", v.cfg.MetricsListen, "error", err.Error())
+	}
+}
 
-// errNoKube is returned while the Kubernetes token step is not built in.
-var errNoKube = errors.New("kubernetes token step not available")
+// serveAdmin serves the local admin API ("-" disables it). The socket is
+// 0666 because a DynamicUser daemon cannot hand it to a group; the peer
+// credential check (root only) decides who gets in.
+func (v *Verifier) serveAdmin() func() {
+	if v.cfg.AdminSocket == "-" {
+		return func() {}
+	}
+	acfg := localapi.Config{Policies: policyChecker{v.deps2}, Logger: v.deps.Logger}
+	if v.kube != nil {
+		acfg.Tokens = tokenAdmin{client: v.kube, minter: v.Minter}
+	}
+	srv, err := localapi.NewServer(acfg)
+	var lis net.Listener
+	if err == nil {
+		lis, err = localapi.Listen(localapi.SocketConfig{Path: v.cfg.AdminSocket, Mode: 0o666})
+	}
+	if err != nil {
+		v.deps.Logger.Warn("admin API not available", "socket", v.cfg.AdminSocket, "error", err.Error())
+		return func() {}
+	}
+	go srv.Serve(lis)
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Stop(ctx)
+	}
+}
+
+// Healthy reports whether the join service is serving (the watchdog asks).
+func (v *Verifier) Healthy(ctx context.Context) error {
+	resp, err := v.health.Check(ctx, &healthpb.HealthCheckRequest{Service: latchkeyv1.JoinService_ServiceDesc.ServiceName})
+	if err != nil {
+		return err
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("join service is %s", resp.GetStatus())
+	}
+	return nil
+}

@@ -37,4 +37,3 @@ func BenchmarkFullJoinTPM(b *testing.B) {
 	}
 	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N)/1e6, "cpu-ms/op")
 }
-

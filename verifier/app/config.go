@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/latchkey/latchkey/internal/localapi"
 )
 
 // DefaultConfigPath is where serve looks for its config file.
@@ -46,7 +48,7 @@ type Config struct {
 	// MetricsListen serves Prometheus /metrics there ("" = off).
 	MetricsListen string `json:"metricsListen,omitempty"`
 	// AdminSocket is the local admin API socket (default
-	// /run/latchkey/verifier.sock; "-" disables it).
+	// /run/latchkey/verifier/admin.sock; "-" disables it).
 	AdminSocket string `json:"adminSocket,omitempty"`
 	// JoinTimeout bounds one join (default 60s).
 	JoinTimeout Duration `json:"joinTimeout,omitempty"`
@@ -106,7 +108,7 @@ func (c *Config) Defaults() {
 		c.StateDir = DefaultStateDir
 	}
 	if c.AdminSocket == "" {
-		c.AdminSocket = "/run/latchkey/verifier.sock"
+		c.AdminSocket = localapi.VerifierSocket
 	}
 }
 

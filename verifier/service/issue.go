@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/internal/metrics"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/token"
 )
@@ -48,6 +49,7 @@ func (s *Service) mint(ctx context.Context, hello *latchkeyv1.Hello, out *outcom
 		return nil, attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "mint bootstrap token: %w", err)
 	}
 	out.tokenID = g.ID
+	s.cfg.Metrics.TokenMinted()
 	return g, nil
 }
 
@@ -91,5 +93,6 @@ func (s *Service) revoke(ctx context.Context, id string, cause error) {
 			"token_id", id, "cause", cause.Error(), "error", err)
 		return
 	}
+	s.cfg.Metrics.TokenRevoked(metrics.RevokeNoAck)
 	s.log.Info("revoked undelivered bootstrap token", "token_id", id, "cause", cause.Error())
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/internal/metrics"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/keys"
 	"github.com/latchkey/latchkey/verifier/policy"
@@ -34,11 +35,6 @@ const (
 	MaxChallenges = 4
 )
 
-// Recorder receives one observation per join (metrics). Optional.
-type Recorder interface {
-	ObserveJoin(variant, result, reason string, validation time.Duration)
-}
-
 // Config holds the service's dependencies.
 type Config struct {
 	Policy policy.Source
@@ -54,7 +50,8 @@ type Config struct {
 	AckTimeout time.Duration
 	// RevokeTimeout bounds revoking an undelivered token (default 10s).
 	RevokeTimeout time.Duration
-	Recorder      Recorder
+	// Metrics records joins and tokens; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // Service implements latchkeyv1.JoinServiceServer.
@@ -150,6 +147,7 @@ func (s *Service) validate(ctx context.Context, stream latchkeyv1.JoinService_Jo
 	start := s.cfg.Now()
 	v, err := val.Validate(ctx, hello.GetEvidence(), binding, challenger(stream))
 	out.validation = s.cfg.Now().Sub(start)
+	s.cfg.Metrics.ObserveValidation(hello.GetVariant(), out.validation)
 	if err != nil {
 		return nil, err
 	}

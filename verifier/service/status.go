@@ -91,7 +91,14 @@ func (s *Service) audit(ctx context.Context, snap *policy.Snapshot, out *outcome
 		attrs = append(attrs, "error", err.Error())
 	}
 	s.log.Log(ctx, level, "join decision", attrs...)
-	if s.cfg.Recorder != nil {
-		s.cfg.Recorder.ObserveJoin(out.hello.GetVariant().String(), result, reason, out.validation)
+	s.cfg.Metrics.Join(out.hello.GetVariant(), asRefusal(err))
+}
+
+// asRefusal gives metrics the same reason the audit line names.
+func asRefusal(err error) error {
+	var r *attest.Refusal
+	if err == nil || errors.As(err, &r) {
+		return err
 	}
+	return &attest.Refusal{Reason: reasonOf(err), Detail: err.Error()}
 }

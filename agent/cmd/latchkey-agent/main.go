@@ -22,9 +22,12 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/agent/app"
+	bootpkg "github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
 	"github.com/latchkey/latchkey/agent/exitcode"
+	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/sdnotify"
+	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 )
 
 func main() {
@@ -124,12 +127,14 @@ func override(dst *string, v string) {
 	}
 }
 
-func newLogger(w io.Writer, level string) *slog.Logger {
+// newLogger logs to stderr; under systemd, journald sees each record's
+// level.
+func newLogger(level string) *slog.Logger {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(sdnotify.NewLogHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }
 
 func runBoot(args []string, stdout, stderr io.Writer) int {
@@ -140,7 +145,7 @@ func runBoot(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return exitcode.BadConfig
 	}
-	log := newLogger(stderr, f.logLevel)
+	log := newLogger(f.logLevel)
 	cfg, err := f.load(fs)
 	if err == nil {
 		err = cfg.Validate()
@@ -156,24 +161,70 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	notify := sdnotify.New(sdnotify.Config{Logger: log})
-	status := func(s string) { _ = notify.Status(s) }
-	b, closeFn, err := app.Build(cfg, app.Deps{Logger: log, Stdout: stdout, Status: status,
-		OnAttempt: func(ep string, n int) { status(fmt.Sprintf("attesting to %s (attempt %d)", ep, n)) }})
+	state := app.NewState(cfg.NodeName, nil)
+	stopAPI := serveStatus(cfg.StatusSocket, state, log)
+	defer stopAPI()
+	b, closeFn, err := app.Build(cfg, app.Deps{Logger: log, Stdout: stdout,
+		OnProgress: func(p bootpkg.Progress, line string) {
+			state.Progress(p, line)
+			_ = notify.Status(line)
+			if p == bootpkg.DiskOpen {
+				// Before kubeadm join: it restarts kubelet, which waits for us.
+				_ = notify.ReadyStatus("state disk open")
+			}
+		},
+		OnPlan: state.Plan,
+		OnAttempt: func(ep string, n int) {
+			line := fmt.Sprintf("attesting to %s (attempt %d)", ep, n)
+			state.Attempt(ep, n, line)
+			_ = notify.Status(line)
+		},
+		OnAttemptFailed: state.AttemptFailed,
+	})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())
+		state.Failed(err, exitcode.BadConfig)
 		return exitcode.BadConfig
 	}
 	defer closeFn()
 	err = b.Run(ctx)
 	code := app.ExitCode(err)
 	if err != nil {
+		// One clear line in the journal says why the node did not come up.
 		log.Error("boot failed", "exit", exitcode.Name(code), "error", err.Error())
+		state.Failed(err, code)
 		_ = notify.Status("failed: " + err.Error())
 		return code
 	}
-	_ = notify.ReadyStatus("node ready for kubelet")
+	_ = notify.ReadyStatus("node ready")
 	log.Info("boot complete", "node", cfg.NodeName)
 	return exitcode.OK
+}
+
+// serveStatus serves the local status API while the boot runs; "-"
+// disables it. A socket that cannot be opened is logged, not fatal: the
+// boot matters more than its status.
+func serveStatus(path string, state *app.State, log *slog.Logger) func() {
+	if path == "-" {
+		return func() {}
+	}
+	lis, err := localapi.Listen(localapi.SocketConfig{Path: path})
+	if err != nil {
+		log.Warn("status API not available", "socket", path, "error", err.Error())
+		return func() {}
+	}
+	srv, err := localapi.NewServer(localapi.Config{Agent: state, Logger: log})
+	if err != nil {
+		lis.Close()
+		log.Warn("status API not available", "error", err.Error())
+		return func() {}
+	}
+	go srv.Serve(lis)
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		srv.Stop(ctx)
+	}
 }
 
 func runMeasure(args []string, stdout, stderr io.Writer) int {
@@ -197,6 +248,27 @@ func runMeasure(args []string, stdout, stderr io.Writer) int {
 }
 
 func runStatus(args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "latchkey-agent status: the local status API is not available in this build")
-	return exitcode.Internal
+	fs := flag.NewFlagSet("latchkey-agent status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	socket := fs.String("socket", localapi.AgentSocket, "the agent's status socket")
+	if err := fs.Parse(args); err != nil {
+		return exitcode.BadConfig
+	}
+	conn, err := localapi.Dial(*socket)
+	if err != nil {
+		fmt.Fprintln(stderr, "latchkey-agent status:", err)
+		return exitcode.Internal
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := adminv1.NewAgentAdminClient(conn).Status(ctx, &adminv1.StatusRequest{})
+	if err != nil {
+		fmt.Fprintf(stderr, "latchkey-agent status: %v (is the agent running? it serves %s only while it boots)\n", err, *socket)
+		return exitcode.Internal
+	}
+	if err := localapi.WriteStatus(stdout, st, time.Now()); err != nil {
+		return exitcode.Internal
+	}
+	return exitcode.OK
 }

@@ -4,6 +4,7 @@
 //	latchkey-verifier serve [--config FILE] [flags]
 //	latchkey-verifier pin [--config FILE]        print the serving SPKI pin
 //	latchkey-verifier policy check FILE          validate a policy file
+//	latchkey-verifier tokens list|revoke ID      tokens minted (admin API)
 package main
 
 import (
@@ -12,11 +13,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/sdnotify"
+	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/servingcert"
@@ -38,6 +43,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return pin(args[1:], stdout, stderr)
 	case "policy":
 		return policyCmd(args[1:], stdout, stderr)
+	case "tokens":
+		return tokensCmd(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "latchkey-verifier: unknown command %q\n", args[0])
 		return 2
@@ -97,12 +104,14 @@ func (f *serveFlags) loadFile() (*app.Config, error) {
 	return cfg, nil
 }
 
-func newLogger(w io.Writer, level string) *slog.Logger {
+// newLogger logs to stderr; under systemd, journald sees each record's
+// level.
+func newLogger(level string) *slog.Logger {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(sdnotify.NewLogHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }
 
 func serve(args []string, stderr io.Writer) int {
@@ -113,25 +122,47 @@ func serve(args []string, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	log := newLogger(stderr, f.logLevel)
+	log := newLogger(f.logLevel)
 	cfg, err := f.load()
 	if err != nil {
 		log.Error("bad configuration", "error", err.Error())
 		return 2
 	}
+	lis, err := activatedListener()
+	if err != nil {
+		log.Error("socket activation", "error", err.Error())
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	notify := sdnotify.New(sdnotify.Config{Logger: log})
-	v, err := app.New(cfg, app.Deps{Logger: log, Ready: func() { _ = notify.Ready() }})
+	v, err := app.New(cfg, app.Deps{Logger: log, Listener: lis, Ready: func() { _ = notify.Ready() }})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())
 		return 1
 	}
+	go func() {
+		if err := notify.Watchdog(ctx, v.Healthy); err != nil {
+			log.Error("watchdog", "error", err.Error())
+		}
+	}()
+	go func() { <-ctx.Done(); _ = notify.Stopping() }()
 	if err := v.Serve(ctx); err != nil {
 		log.Error("serve failed", "error", err.Error())
 		return 1
 	}
 	return 0
+}
+
+// activatedListener returns the socket systemd passed as "join"
+// (latchkey-verifier.socket), or nil to listen on the configured address.
+func activatedListener() (net.Listener, error) {
+	socks, err := sdnotify.TakeSockets()
+	if err != nil {
+		return nil, err
+	}
+	defer socks.Close()
+	return socks.One("join")
 }
 
 func pin(args []string, stdout, stderr io.Writer) int {
@@ -168,11 +199,60 @@ func policyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: latchkey-verifier policy check FILE")
 		return 2
 	}
+	// Checked in this process: the same parser and compiler the verifier
+	// loads with, without touching the running verifier's policy.
 	snap, err := policy.LoadFile(args[1], policy.Deps{})
 	if err != nil {
-		fmt.Fprintf(stderr, "policy %s: %v\n", args[1], err)
+		fmt.Fprintf(stderr, "policy %s is invalid: %v\n", args[1], err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "policy %s is valid (%s), %d variant(s) enabled\n", args[1], snap.Digest, len(snap.Validators))
+	return 0
+}
+
+func tokensCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("latchkey-verifier tokens", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	socket := fs.String("socket", localapi.VerifierSocket, "the verifier's admin socket")
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: latchkey-verifier tokens list | revoke ID")
+		return 2
+	}
+	sub := args[0]
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	conn, err := localapi.Dial(*socket)
+	if err != nil {
+		fmt.Fprintln(stderr, "latchkey-verifier tokens:", err)
+		return 1
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := adminv1.NewVerifierAdminClient(conn)
+	switch {
+	case sub == "list" && fs.NArg() == 0:
+		resp, err := c.ListTokens(ctx, &adminv1.ListTokensRequest{})
+		if err == nil {
+			err = localapi.WriteTokens(stdout, resp.GetTokens(), time.Now())
+		}
+		return report(stderr, err)
+	case sub == "revoke" && fs.NArg() == 1:
+		_, err := c.RevokeToken(ctx, &adminv1.RevokeTokenRequest{Id: fs.Arg(0)})
+		if err == nil {
+			fmt.Fprintf(stdout, "token %s revoked\n", fs.Arg(0))
+		}
+		return report(stderr, err)
+	}
+	fmt.Fprintln(stderr, "usage: latchkey-verifier tokens list | revoke ID")
+	return 2
+}
+
+func report(stderr io.Writer, err error) int {
+	if err != nil {
+		fmt.Fprintln(stderr, "latchkey-verifier tokens:", err)
+		return 1
+	}
 	return 0
 }
