@@ -108,7 +108,7 @@ func Compile(p *Policy, digest string, deps Deps) (*Snapshot, error) {
 	if p.TPM != nil {
 		v, err := tpm.NewValidator(p.TPM.Policy)
 		if err != nil {
-			return nil, fmt.Errorf("tpm policy: %w", err)
+			return nil, err // already names the tpm policy
 		}
 		s.Validators[latchkeyv1.Variant_VARIANT_TPM] = v
 		s.ControlPlane[latchkeyv1.Variant_VARIANT_TPM] = p.TPM.AllowControlPlane
@@ -116,7 +116,7 @@ func Compile(p *Policy, digest string, deps Deps) (*Snapshot, error) {
 	if p.SNP != nil {
 		v, err := snp.NewValidator(p.SNP.Policy, deps.SNPCollateral)
 		if err != nil {
-			return nil, fmt.Errorf("snp policy: %w", err)
+			return nil, err // already names the snp policy
 		}
 		s.Validators[latchkeyv1.Variant_VARIANT_SNP] = v
 		s.ControlPlane[latchkeyv1.Variant_VARIANT_SNP] = p.SNP.AllowControlPlane

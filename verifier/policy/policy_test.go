@@ -1,0 +1,106 @@
+package policy
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+const digestA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+const digestB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+
+func tpmPolicy(pcr7 ...string) string {
+	return "apiVersion: latchkey/v1\ntpm:\n  allowControlPlane: true\n  pcrs:\n    \"7\": [" + strings.Join(pcr7, ", ") + "]\n" +
+		"  akPublicKeyHashes: [\"sha256:" + digestA + "\"]\n"
+}
+
+func TestLoadGood(t *testing.T) {
+	snap, err := Load([]byte(tpmPolicy(digestA, digestB)), Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := snap.Validators[latchkeyv1.Variant_VARIANT_TPM]; !ok || !snap.ControlPlane[latchkeyv1.Variant_VARIANT_TPM] {
+		t.Fatalf("snapshot %+v", snap)
+	}
+	if _, ok := snap.Validators[latchkeyv1.Variant_VARIANT_SNP]; ok {
+		t.Fatal("snp enabled without a section")
+	}
+	if !strings.HasPrefix(snap.Digest, "sha256:") || len(snap.Digest) != 71 {
+		t.Fatalf("digest %q", snap.Digest)
+	}
+}
+
+func TestLoadRefusals(t *testing.T) {
+	cases := map[string]struct{ policy, want string }{
+		"unknown field":     {tpmPolicy(digestA) + "  pcr: {}\n", `unknown field "pcr"`},
+		"unknown top field": {tpmPolicy(digestA) + "tdx: {}\n", `unknown field "tdx"`},
+		"bad digest":        {tpmPolicy("abcd"), `pcrs[7]: "abcd" is not a sha-256 digest`},
+		"wrong version":     {strings.Replace(tpmPolicy(digestA), "latchkey/v1", "latchkey/v2", 1), `apiVersion "latchkey/v2"`},
+		"no variant":        {"apiVersion: latchkey/v1\n", "enables no evidence variant"},
+		"scalar not a list": {strings.Replace(tpmPolicy(digestA), "["+digestA+"]", digestA, 1), "cannot unmarshal"},
+		"not yaml":          {"\x00\x01{{{", "parse policy"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load([]byte(c.policy), Deps{})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestStoreHotReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	os.WriteFile(path, []byte(tpmPolicy(digestA)), 0o600)
+	var logs bytes.Buffer
+	var reloads []string
+	s, err := NewStore(StoreConfig{Path: path, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		OnReload: func(d string, err error) { reloads = append(reloads, d) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := s.Current()
+	s.Reload()
+	if s.Current() != first || len(reloads) != 0 {
+		t.Fatal("unchanged file reloaded")
+	}
+	os.WriteFile(path, []byte(tpmPolicy(digestA, digestB)), 0o600)
+	s.Reload()
+	second := s.Current()
+	if second == first || second.Digest == first.Digest || len(reloads) != 1 {
+		t.Fatal("a valid change did not take effect")
+	}
+	os.WriteFile(path, []byte(tpmPolicy("not-hex")), 0o600)
+	s.Reload()
+	if s.Current() != second {
+		t.Fatal("an invalid change replaced the policy in force")
+	}
+	if !strings.Contains(logs.String(), "policy reload refused; the policy in force stays") || len(reloads) != 2 || reloads[1] != "" {
+		t.Fatalf("refused reload not reported: %v\n%s", reloads, logs.String())
+	}
+}
+
+func TestNewStoreRefusesBadInitialFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	os.WriteFile(path, []byte("apiVersion: latchkey/v1\n"), 0o600)
+	if _, err := NewStore(StoreConfig{Path: path}); err == nil || !strings.Contains(err.Error(), "enables no evidence variant") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := NewStore(StoreConfig{Path: filepath.Join(t.TempDir(), "absent")}); err == nil {
+		t.Fatal("missing file accepted")
+	}
+}
+
+func TestReadFileRefusesHugeFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	os.WriteFile(path, bytes.Repeat([]byte("#"), MaxFileSize+1), 0o600)
+	if _, err := ReadFile(path); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("err = %v", err)
+	}
+}
