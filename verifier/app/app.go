@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/latchkey/latchkey/attest/snp"
+	"github.com/latchkey/latchkey/attest/snp/kubestore"
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/metrics"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
@@ -67,15 +68,24 @@ func New(cfg *Config, deps Deps) (*Verifier, error) {
 	if err := v.loadKeys(); err != nil {
 		return nil, err
 	}
-	if err := v.loadPolicy(); err != nil {
-		v.keys.Close()
-		return nil, err
-	}
-	if err := v.buildServer(); err != nil {
-		v.keys.Close()
-		return nil, err
+	for _, step := range []func() error{v.loadKube, v.loadPolicy, v.buildServer} {
+		if err := step(); err != nil {
+			v.keys.Close()
+			return nil, err
+		}
 	}
 	return v, nil
+}
+
+// loadKube builds the token step unless the verifier is disk-only.
+func (v *Verifier) loadKube() error {
+	v.Minter = v.deps.Minter
+	if v.Minter != nil || v.cfg.Kubernetes == nil {
+		return nil
+	}
+	var err error
+	v.kube, v.Minter, err = newKubeMinter(v.cfg.Kubernetes, v.deps.Logger)
+	return err
 }
 
 func (v *Verifier) loadKeys() error {
@@ -89,13 +99,9 @@ func (v *Verifier) loadKeys() error {
 }
 
 func (v *Verifier) loadPolicy() error {
-	var coll *snp.Collateral
-	var err error
-	if v.cfg.SNPCollateralDir != "" {
-		coll, err = snp.NewCollateral(snp.CollateralConfig{Dir: v.cfg.SNPCollateralDir})
-		if err != nil {
-			return fmt.Errorf("snp collateral: %w", err)
-		}
+	coll, err := NewCollateral(v.cfg, v.kube, v.deps.Logger)
+	if err != nil {
+		return err
 	}
 	v.deps2 = policy.Deps{SNPCollateral: coll}
 	v.store, err = policy.NewStore(policy.StoreConfig{Path: v.cfg.Policy, Deps: v.deps2,
@@ -112,12 +118,6 @@ func (v *Verifier) buildServer() error {
 	cert, err := v.certificate()
 	if err != nil {
 		return err
-	}
-	v.Minter = v.deps.Minter
-	if v.Minter == nil && v.cfg.Kubernetes != nil {
-		if v.kube, v.Minter, err = newKubeMinter(v.cfg.Kubernetes, v.deps.Logger); err != nil {
-			return err
-		}
 	}
 	svc, err := service.New(service.Config{Policy: v.store, Keys: v.keys, Minter: v.Minter,
 		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics})
@@ -138,6 +138,28 @@ func ServingCertificate(cfg *Config) (tls.Certificate, error) {
 		return servingcert.Load(cfg.TLSCert, cfg.TLSKey)
 	}
 	return servingcert.LoadOrCreate(cfg.StateDir, time.Now())
+}
+
+// NewCollateral is the SNP collateral cache of cfg: the offline directory,
+// shared with every replica through a ConfigMap when Kubernetes is
+// configured (kube non-nil). Nil when neither is there.
+func NewCollateral(cfg *Config, kube kubernetes.Interface, log *slog.Logger) (*snp.Collateral, error) {
+	if cfg.SNPCollateralDir == "" && kube == nil {
+		return nil, nil
+	}
+	cc := snp.CollateralConfig{Dir: cfg.SNPCollateralDir, Logger: log}
+	if kube != nil {
+		store, err := kubestore.New(kubestore.Config{Client: kube, Namespace: "kube-system"})
+		if err != nil {
+			return nil, fmt.Errorf("snp collateral: %w", err)
+		}
+		cc.Store = store
+	}
+	c, err := snp.NewCollateral(cc)
+	if err != nil {
+		return nil, fmt.Errorf("snp collateral: %w", err)
+	}
+	return c, nil
 }
 
 // Serve listens and serves until ctx ends, then stops gracefully: joins in

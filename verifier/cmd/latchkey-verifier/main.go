@@ -5,10 +5,12 @@
 //	latchkey-verifier pin [--config FILE]        print the serving SPKI pin
 //	latchkey-verifier policy check FILE          validate a policy file
 //	latchkey-verifier tokens list|revoke ID      tokens minted (admin API)
+//	latchkey-verifier collateral fetch ...       fill the SNP collateral cache from AMD KDS
 package main
 
 import (
 	"context"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -19,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/latchkey/latchkey/attest/snp"
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/sdnotify"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
@@ -45,6 +48,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return policyCmd(args[1:], stdout, stderr)
 	case "tokens":
 		return tokensCmd(args[1:], stdout, stderr)
+	case "collateral":
+		return collateralCmd(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "latchkey-verifier: unknown command %q\n", args[0])
 		return 2
@@ -254,5 +259,44 @@ func report(stderr io.Writer, err error) int {
 		fmt.Fprintln(stderr, "latchkey-verifier tokens:", err)
 		return 1
 	}
+	return 0
+}
+
+// collateralCmd fetches one chip's VCEK (and its product's ASK/ARK) from
+// AMD KDS into the offline cache, honouring KDS rate limits. It is the
+// only command that uses the network; the join path never does.
+func collateralCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("latchkey-verifier collateral fetch", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serveFlags
+	f.register(fs)
+	product := fs.String("product", "Milan", "product line: Milan, Genoa or Turin")
+	chipHex := fs.String("chip-id", "", "chip ID (128 hex digits, from the report or the refusal)")
+	tcb := fs.Uint64("tcb", 0, "reported TCB version (from the report or the refusal)")
+	if len(args) == 0 || args[0] != "fetch" || fs.Parse(args[1:]) != nil {
+		fmt.Fprintln(stderr, "usage: latchkey-verifier collateral fetch --chip-id HEX --tcb N [--product Milan] [--config FILE]")
+		return 2
+	}
+	chipID, err := hex.DecodeString(*chipHex)
+	if err != nil || len(chipID) != 64 {
+		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch: --chip-id must be 128 hex digits")
+		return 2
+	}
+	cfg, err := f.loadFile()
+	if err != nil || cfg.SNPCollateralDir == "" {
+		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch: no snpCollateralDir configured", err)
+		return 2
+	}
+	coll, err := app.NewCollateral(cfg, nil, newLogger(f.logLevel))
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		_, err = coll.Fetch(ctx, &snp.KDSGetter{}, *product, chipID, *tcb)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "cached %s in %s\n", snp.VCEKFileName(chipID, *tcb), cfg.SNPCollateralDir)
 	return 0
 }
