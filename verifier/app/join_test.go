@@ -92,7 +92,7 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	rand.Read(secret)
 	os.WriteFile(filepath.Join(dir, "master"), secret, 0o600)
 	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
-		ClusterSalt: "test-cluster", StateDir: filepath.Join(dir, "state")}
+		ClusterSalt: "test-cluster", StateDir: filepath.Join(dir, "state"), AdminSocket: "-"}
 	return startRig(t, sim, cfg)
 }
 
