@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/internal/duration"
 )
 
 // DefaultPath is where the agent looks for its config file.
@@ -101,24 +102,7 @@ type Join struct {
 }
 
 // Duration is a time.Duration written as "30s" in YAML.
-type Duration struct{ time.Duration }
-
-// UnmarshalJSON reads "30s"-style durations.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := yaml.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration: want a string like \"30s\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	d.Duration = v
-	return nil
-}
-
-// MarshalJSON writes "30s"-style durations.
-func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String() + `"`), nil }
+type Duration = duration.Duration
 
 // LoadFile reads a config file strictly (unknown fields are errors). A
 // missing file at the default path is not an error: flags and the kernel

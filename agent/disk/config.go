@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/clock"
 	"github.com/latchkey/latchkey/internal/execx"
 )
 
@@ -119,7 +120,7 @@ func (c *LUKSConfig) fillDefaults() {
 		c.Now = time.Now
 	}
 	if c.Sleep == nil {
-		c.Sleep = sleepCtx
+		c.Sleep = clock.Sleep
 	}
 }
 

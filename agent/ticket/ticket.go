@@ -20,6 +20,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/internal/clock"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -96,18 +97,7 @@ func fillDefaults(cfg *Config) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Sleep == nil {
-		cfg.Sleep = sleepCtx
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
+		cfg.Sleep = clock.Sleep
 	}
 }
 

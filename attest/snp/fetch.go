@@ -19,6 +19,8 @@ import (
 	"github.com/google/go-sev-guest/abi"
 	"github.com/google/go-sev-guest/kds"
 	"github.com/google/go-sev-guest/verify/trust"
+
+	"github.com/latchkey/latchkey/internal/clock"
 )
 
 // FetchCollateral downloads, through getter, the VCEK of chipID at tcb
@@ -281,14 +283,7 @@ func (g *KDSGetter) sleep(ctx context.Context, d time.Duration) error {
 	if g.Sleep != nil {
 		return g.Sleep(ctx, d)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return clock.Sleep(ctx, d)
 }
 
 func (g *KDSGetter) logger() *slog.Logger {

@@ -102,3 +102,13 @@ func priority(l slog.Level) int {
 		return 3 // err
 	}
 }
+
+// NewLogger is the programs' logger: stderr, at level ("debug", "info",
+// "warn" or "error"; anything else is info), with levels journald sees.
+func NewLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(NewLogHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}

@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/latchkey/latchkey/internal/duration"
 	"github.com/latchkey/latchkey/internal/localapi"
 )
 
@@ -69,19 +69,8 @@ type Kubernetes struct {
 	JWSWait Duration `json:"jwsWait,omitempty"`
 }
 
-// Duration is a time.Duration written as "30s".
-type Duration struct{ time.Duration }
-
-// UnmarshalJSON reads "30s"-style durations.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := yaml.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration: want a string like \"30s\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	d.Duration = v
-	return err
-}
+// Duration is a time.Duration written as "30s" in YAML.
+type Duration = duration.Duration
 
 // LoadConfig reads a config file strictly.
 func LoadConfig(path string) (*Config, error) {

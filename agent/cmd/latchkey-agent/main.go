@@ -127,16 +127,6 @@ func override(dst *string, v string) {
 	}
 }
 
-// newLogger logs to stderr; under systemd, journald sees each record's
-// level.
-func newLogger(level string) *slog.Logger {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		l = slog.LevelInfo
-	}
-	return slog.New(sdnotify.NewLogHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
-}
-
 func runBoot(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("latchkey-agent run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -145,7 +135,7 @@ func runBoot(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return exitcode.BadConfig
 	}
-	log := newLogger(f.logLevel)
+	log := sdnotify.NewLogger(f.logLevel)
 	cfg, err := f.load(fs)
 	if err == nil {
 		err = cfg.Validate()

@@ -14,7 +14,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -109,16 +108,6 @@ func (f *serveFlags) loadFile() (*app.Config, error) {
 	return cfg, nil
 }
 
-// newLogger logs to stderr; under systemd, journald sees each record's
-// level.
-func newLogger(level string) *slog.Logger {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		l = slog.LevelInfo
-	}
-	return slog.New(sdnotify.NewLogHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
-}
-
 func serve(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("latchkey-verifier serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -127,7 +116,7 @@ func serve(args []string, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	log := newLogger(f.logLevel)
+	log := sdnotify.NewLogger(f.logLevel)
 	cfg, err := f.load()
 	if err != nil {
 		log.Error("bad configuration", "error", err.Error())
@@ -287,7 +276,7 @@ func collateralCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch: no snpCollateralDir configured", err)
 		return 2
 	}
-	coll, err := app.NewCollateral(cfg, nil, newLogger(f.logLevel))
+	coll, err := app.NewCollateral(cfg, nil, sdnotify.NewLogger(f.logLevel))
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()

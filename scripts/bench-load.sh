@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# SNP load benchmark (issue 3): the verifier in its own process, driven by
+# many concurrent agents over loopback TLS, each join with a freshly signed
+# SEV-SNP report (go-sev-guest's test signer) bound to its own session and
+# a token minted in memory. Prints joins/s, p50/p99, the verifier's CPU per
+# join against one bare P-384 verification measured in the same run, and
+# the verifier's RSS. See scripts/bench/load for how.
+#
+#   scripts/bench-load.sh [-c AGENTS] [-n JOINS] [-w WARMUP] [-r PACED_RATE]
+#                         [-t PACED_TIME] [-p PROFILE_FILE]
+#
+#   -c  concurrent agents                 (LATCHKEY_LOAD_CONCURRENCY, 256)
+#   -n  joins in the measured closed loop (LATCHKEY_LOAD_JOINS, 6000)
+#   -w  warm-up joins                     (LATCHKEY_LOAD_WARMUP, 512)
+#   -r  joins/s of the paced phase; 0 = half the closed-loop rate, -1 = none
+#                                         (LATCHKEY_LOAD_PACED_RATE, 0)
+#   -t  length of the paced phase         (LATCHKEY_LOAD_PACED_TIME, 15s)
+#   -p  write the verifier's CPU profile of the closed loop there and print
+#       its top functions                 (LATCHKEY_LOAD_CPUPROFILE)
+#
+# Loopback only; it stops by itself (joins bounded by -load.timeout 5m,
+# the whole run by a 10-minute timeout). The load generator shares the
+# machine with the verifier: the headline is the verifier's own CPU time.
+set -euo pipefail
+source "$(dirname "$0")/lib/common.sh"
+cd "$(repo_root)"
+need_go
+
+agents=${LATCHKEY_LOAD_CONCURRENCY:-256}
+joins=${LATCHKEY_LOAD_JOINS:-6000}
+warmup=${LATCHKEY_LOAD_WARMUP:-512}
+rate=${LATCHKEY_LOAD_PACED_RATE:-0}
+paced_time=${LATCHKEY_LOAD_PACED_TIME:-15s}
+profile=${LATCHKEY_LOAD_CPUPROFILE:-}
+while getopts c:n:w:r:t:p:h opt; do
+  case $opt in
+    c) agents=$OPTARG ;;
+    n) joins=$OPTARG ;;
+    w) warmup=$OPTARG ;;
+    r) rate=$OPTARG ;;
+    t) paced_time=$OPTARG ;;
+    p) profile=$OPTARG ;;
+    *) sed -n '2,24p' "$0" >&2; exit 2 ;;
+  esac
+done
+
+bin="$(cache_dir)/bench/load.test"
+mkdir -p "$(dirname "$bin")"
+go test -c -o "$bin" ./scripts/bench/load
+
+args=(-test.run '^$' -test.bench '^BenchmarkSNPLoad$' -test.benchtime 1x -test.timeout 10m
+  -load.concurrency "$agents" -load.joins "$joins" -load.warmup "$warmup"
+  -load.paced-rate "$rate" -load.paced-time "$paced_time")
+if [[ -n $profile ]]; then
+  profile=$(realpath -m "$profile")
+  args+=(-load.cpuprofile "$profile")
+fi
+echo "command: LATCHKEY_LOAD_BENCH=1 $bin ${args[*]}"
+LATCHKEY_LOAD_BENCH=1 timeout --signal TERM --kill-after 30s 11m "$bin" "${args[@]}"
+
+if [[ -n $profile ]]; then
+  printf '\nverifier CPU profile of the closed loop (%s), flat and cumulative:\n' "$profile"
+  go tool pprof -top -nodecount 35 "$bin" "$profile" 2>/dev/null | sed -n '1,45p'
+fi

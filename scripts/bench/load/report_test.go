@@ -1,0 +1,142 @@
+package load
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// perJoin is the verifier's CPU per successful join of a phase.
+func (w cpuWindow) perJoin(p *phase) time.Duration {
+	if p == nil || len(p.lat) == 0 {
+		return 0
+	}
+	return w.self / time.Duration(len(p.lat))
+}
+
+// p384 is the mean of the two bare measurements (before and after load).
+func (r *result) p384PerOp() time.Duration {
+	return (r.p384[0].perOp() + r.p384[1].perOp()) / 2
+}
+
+func (r *result) ratio() float64 {
+	return float64(r.closedCPU.perJoin(r.closed)) / float64(r.p384PerOp())
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (r *result) print(w io.Writer) {
+	fmt.Fprintf(w, "\nSNP load: verifier as its own process (pid %d), %d concurrent agents, every join on its own loopback TLS 1.3 connection with a freshly signed report, token minted in memory and acknowledged\n",
+		r.pid, r.agents)
+	fmt.Fprintf(w, "note: the load generator (agents, report signing, TLS clients) shares this machine's %d CPUs with the verifier, so joins/s and latencies include its contention; verifier CPU per join does not. load average before %s, after %s\n",
+		runtime.NumCPU(), r.loadBefore, r.loadAfter)
+	fmt.Fprintf(w, "%-16s %6s %6s %6s %8s %8s %8s %8s %8s %12s\n",
+		"phase", "agents", "joins", "failed", "joins/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "verifier CPU")
+	r.printPhase(w, r.warm, nil)
+	r.printPhase(w, r.closed, &r.closedCPU)
+	r.printPhase(w, r.paced, &r.pacedCPU)
+	r.printSummary(w)
+}
+
+func (r *result) printPhase(w io.Writer, p *phase, cpu *cpuWindow) {
+	if p == nil {
+		return
+	}
+	name, per := p.name, "-"
+	if p == r.paced {
+		name = fmt.Sprintf("paced %.0f/s", r.pacedRate)
+	}
+	if cpu != nil {
+		per = fmt.Sprintf("%.3f ms/join", ms(cpu.perJoin(p)))
+	}
+	fmt.Fprintf(w, "%-16s %6d %6d %6d %8.1f %8.2f %8.2f %8.2f %8.2f %12s\n", name, r.agents, len(p.lat), p.failed,
+		p.rate(), ms(p.pct(0.50)), ms(p.pct(0.90)), ms(p.pct(0.99)), ms(p.pct(1)), per)
+}
+
+func (r *result) printSummary(w io.Writer) {
+	a, b := r.p384[0], r.p384[1]
+	fmt.Fprintf(w, "cpu: bare P-384 verify (ecdsa.VerifyASN1 of a report signature by the VCEK, one goroutine, thread CPU time) %.3f ms/op (before load %.3f over %d ops, after %.3f over %d ops; wall %.3f ms/op)\n",
+		ms(r.p384PerOp()), ms(a.perOp()), a.ops, ms(b.perOp()), b.ops, ms((a.wallPerOp()+b.wallPerOp())/2))
+	perJoin := r.closedCPU.perJoin(r.closed)
+	fmt.Fprintf(w, "ratio: verifier CPU per join %.3f ms (closed loop, its own getrusage) / bare P-384 verify %.3f ms = %.2f (target <= %.1f: %s)\n",
+		ms(perJoin), ms(r.p384PerOp()), r.ratio(), targetRatio, verdict(r.ratio()/targetRatio))
+	fmt.Fprintf(w, "ratio: that is %.0f joins/s per dedicated core of this machine, %.0f on two\n",
+		float64(time.Second)/float64(perJoin), 2*float64(time.Second)/float64(perJoin))
+	r.printLatencyVerdict(w)
+	fmt.Fprintf(w, "verifier rss: idle %.1f MiB before load, peak %.1f MiB (VmHWM and 50 ms samples)\n",
+		float64(r.rssIdle)/1024, float64(r.rssPeak)/1024)
+	r.printDetail(w)
+}
+
+func (r *result) printLatencyVerdict(w io.Writer) {
+	c := r.closed
+	floor := time.Duration(float64(r.agents) / c.rate() * float64(time.Second))
+	fmt.Fprintf(w, "p99 at %d concurrent agents, closed loop: %.1f ms (target < %.0f ms: %s); Little's law puts the mean at agents/joins/s = %.1f ms whatever the verifier does\n",
+		r.agents, ms(c.pct(0.99)), ms(targetP99), verdict(float64(c.pct(0.99))/float64(targetP99)), ms(floor))
+	if p := r.paced; p != nil {
+		fmt.Fprintf(w, "p99 at %d concurrent agents, paced at %.0f joins/s (open loop, latency from each join's scheduled start): %.1f ms (target < %.0f ms: %s)\n",
+			r.agents, r.pacedRate, ms(p.pct(0.99)), ms(targetP99), verdict(float64(p.pct(0.99))/float64(targetP99)))
+	}
+}
+
+// verdict says whether a figure/target quotient meets the target.
+func verdict(q float64) string {
+	if q <= 1 {
+		return "met"
+	}
+	return fmt.Sprintf("missed by %.0f%%", (q-1)*100)
+}
+
+func (r *result) printDetail(w io.Writer) {
+	c := r.closedCPU
+	n := uint64(max(1, len(r.closed.lat)))
+	fmt.Fprintf(w, "cpu: verifier per join (closed loop): kernel /proc view %.3f ms; %d allocations, %.1f KiB allocated, %d GC cycles in the phase; idle %.2f ms CPU per second\n",
+		ms(c.proc/time.Duration(n)), (c.after.Mallocs-c.before.Mallocs)/n,
+		float64(c.after.TotalAlloc-c.before.TotalAlloc)/float64(n)/1024, c.after.NumGC-c.before.NumGC,
+		ms(r.idle.self)/r.idleWall.Seconds())
+	fmt.Fprintf(w, "cpu: verifier whole life (kernel rusage at exit) %.2f s user+sys, max rss %.1f MiB\n",
+		float64(r.rusage.Utime.Nano()+r.rusage.Stime.Nano())/1e9, float64(r.rusage.Maxrss)/1024)
+	fmt.Fprintf(w, "joins: %d succeeded in all phases, tokens minted %d, revoked %d; agents retried %d attempts\n",
+		r.joined(), r.final.Mints, r.final.Revokes, r.failedAttempts)
+}
+
+func (r *result) joined() int64 {
+	var n int
+	for _, p := range []*phase{r.warm, r.closed, r.paced} {
+		if p != nil {
+			n += len(p.lat)
+		}
+	}
+	return int64(n)
+}
+
+// report gives `go test -bench` the headline figures.
+func (r *result) report(b *testing.B) {
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(r.closedCPU.perJoin(r.closed))/1e3, "verifier-cpu-us/join")
+	b.ReportMetric(float64(r.p384PerOp())/1e3, "p384-us/op")
+	b.ReportMetric(r.ratio(), "ratio")
+	b.ReportMetric(r.closed.rate(), "joins/s")
+	b.ReportMetric(ms(r.closed.pct(0.50)), "p50-ms")
+	b.ReportMetric(ms(r.closed.pct(0.99)), "p99-ms")
+	if r.paced != nil {
+		b.ReportMetric(ms(r.paced.pct(0.99)), "paced-p99-ms")
+	}
+	b.ReportMetric(float64(r.rssIdle)/1024, "rss-idle-MiB")
+	b.ReportMetric(float64(r.rssPeak)/1024, "rss-peak-MiB")
+}
+
+// check fails the run when a join failed, or when the token step did not
+// run exactly once per join with every ticket acknowledged.
+func (r *result) check(b *testing.B) {
+	for _, p := range []*phase{r.warm, r.closed, r.paced} {
+		if p != nil && p.failed > 0 {
+			b.Errorf("%s: %d of %d joins failed, first: %v", p.name, p.failed, p.joins, p.err)
+		}
+	}
+	if r.final.Mints != r.joined() || r.final.Revokes != 0 {
+		b.Errorf("verifier minted %d tokens and revoked %d for %d joins", r.final.Mints, r.final.Revokes, r.joined())
+	}
+}
