@@ -39,7 +39,7 @@ type Deps struct {
 
 // Build assembles a boot from a validated config. The returned close
 // releases the evidence device.
-func Build(cfg *config.Config, deps Deps) (*boot.Boot, func(), error) {
+func Build(cfg *config.Config, deps Deps) (b *boot.Boot, closeFn func(), err error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
@@ -47,25 +47,26 @@ func Build(cfg *config.Config, deps Deps) (*boot.Boot, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	defer func() {
+		if err != nil {
+			issuer.Close()
+		}
+	}()
 	tickets, err := newTickets(cfg, issuer, deps)
 	if err != nil {
-		issuer.Close()
 		return nil, nil, err
 	}
 	d, err := newDisk(cfg, deps.Logger)
 	if err != nil {
-		issuer.Close()
 		return nil, nil, err
 	}
 	joiner, err := newJoiner(cfg, deps)
 	if err != nil {
-		issuer.Close()
 		return nil, nil, err
 	}
-	b, err := boot.New(boot.Config{NodeName: cfg.NodeName, Role: role(cfg.Role), Disk: d, Tickets: tickets,
+	b, err = boot.New(boot.Config{NodeName: cfg.NodeName, Role: role(cfg.Role), Disk: d, Tickets: tickets,
 		Joiner: joiner, Logger: deps.Logger, OnProgress: deps.OnProgress, OnPlan: deps.OnPlan})
 	if err != nil {
-		issuer.Close()
 		return nil, nil, err
 	}
 	return b, func() { issuer.Close() }, nil

@@ -2,7 +2,6 @@ package ticket
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,14 +20,12 @@ const maxTicketMessage = 64 << 10
 // diskKeySize is the length of the disk key a ticket must carry.
 const diskKeySize = 32
 
-type tlsDialer struct{ cfg *tls.Config }
-
 // attempt runs one join on one endpoint.
 func (c *Client) attempt(ctx context.Context, endpoint string, req Request) (*latchkeyv1.Ticket, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 	defer cancel()
 	conn, err := grpc.NewClient("passthrough:///"+endpoint,
-		grpc.WithTransportCredentials(credentials.NewTLS(c.tls.cfg.Clone())),
+		grpc.WithTransportCredentials(credentials.NewTLS(c.tls.Clone())),
 		// A retried stream would run on another session; the evidence is
 		// bound to the first, so retry here instead.
 		grpc.WithDisableRetry(),

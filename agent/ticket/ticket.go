@@ -12,6 +12,7 @@ package ticket
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,7 +64,7 @@ type Config struct {
 // Client fetches tickets.
 type Client struct {
 	cfg Config
-	tls tlsDialer
+	tls *tls.Config
 }
 
 // New checks cfg and fills defaults.
@@ -79,7 +80,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("ticket: %w", err)
 	}
 	fillDefaults(&cfg)
-	return &Client{cfg: cfg, tls: tlsDialer{cfg: tlsCfg}}, nil
+	return &Client{cfg: cfg, tls: tlsCfg}, nil
 }
 
 func fillDefaults(cfg *Config) {
