@@ -39,6 +39,18 @@ safe_rm() {
   rm -rf --one-file-system "$dir"
 }
 
+# prune_except KEEP PATH...: removes the cached artefacts PATH... other
+# than KEEP, so superseded images (every code change makes one) do not
+# pile up in the cache.
+prune_except() {
+  local keep=$1 p
+  shift
+  for p in "$@"; do
+    [[ -e $p && $p != "$keep" ]] && rm -f "$p"
+  done
+  return 0
+}
+
 # sha256 of its arguments and stdin, shortened for folder names.
 key_of() { { printf '%s\n' "$@"; cat; } | sha256sum | cut -c1-16; }
 
@@ -171,6 +183,7 @@ build_initrd() {
   (cd "$tmp/root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 | gzip -1 >"$tmp/initrd")
   mv "$tmp/initrd" "$INITRD"
   safe_rm "$tmp"
+  prune_except "$INITRD" "$VM_CACHE"/initrd-*.cpio.gz
 }
 
 # guest_common_setup DIR: what every harness guest needs on top of the
@@ -214,6 +227,7 @@ build_image() {
     die "mkfs.ext4 -d failed"
   mv "$tmp/image.ext4" "$IMAGE"
   safe_rm "$tmp"
+  prune_except "$IMAGE" "$VM_CACHE"/image-"$name"-*.ext4
   log "image $name: built in $((SECONDS - t0)) s"
 }
 
