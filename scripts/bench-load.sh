@@ -15,8 +15,9 @@
 #   -r  joins/s of the paced phase; 0 = half the closed-loop rate, -1 = none
 #                                         (LATCHKEY_LOAD_PACED_RATE, 0)
 #   -t  length of the paced phase         (LATCHKEY_LOAD_PACED_TIME, 15s)
-#   -p  write the verifier's CPU profile of the closed loop there and print
-#       its top functions                 (LATCHKEY_LOAD_CPUPROFILE)
+#   -p  write the verifier's CPU profile of the closed loop there (of the
+#       paced phase to PROFILE_FILE.paced) and print the closed loop's top
+#       functions                         (LATCHKEY_LOAD_CPUPROFILE)
 #
 # Loopback only; it stops by itself (joins bounded by -load.timeout 5m,
 # the whole run by a 10-minute timeout). The load generator shares the
@@ -40,7 +41,7 @@ while getopts c:n:w:r:t:p:h opt; do
     r) rate=$OPTARG ;;
     t) paced_time=$OPTARG ;;
     p) profile=$OPTARG ;;
-    *) sed -n '2,24p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,25p' "$0" >&2; exit 2 ;;
   esac
 done
 

@@ -31,7 +31,7 @@ var (
 	flagPacedRate  = flag.Float64("load.paced-rate", 0, "joins/s of the paced phase (0: half the closed-loop rate; <0: no paced phase)")
 	flagPacedTime  = flag.Duration("load.paced-time", 15*time.Second, "length of the paced phase")
 	flagP384Time   = flag.Duration("load.p384-time", time.Second, "CPU time of each bare P-384 measurement")
-	flagCPUProfile = flag.String("load.cpuprofile", "", "write the verifier's CPU profile of the closed-loop phase to this file")
+	flagCPUProfile = flag.String("load.cpuprofile", "", "write the verifier's CPU profile of the closed loop to this file (of the paced phase to FILE.paced)")
 	flagTimeout    = flag.Duration("load.timeout", 5*time.Minute, "bound on all joins together")
 )
 
@@ -68,7 +68,8 @@ type result struct {
 	idle             cpuWindow
 	idleWall         time.Duration
 	p384             [2]p384Result
-	rssIdle, rssPeak int64 // KiB
+	p384Loaded       p384Result // sampled during the closed loop
+	rssIdle, rssPeak int64      // KiB
 	final            verifierStats
 	rusage           *syscall.Rusage
 	pacedRate        float64
@@ -93,8 +94,12 @@ func runLoad(b *testing.B) *result {
 	stopSampler := sampleRSS(r.pid)
 	r.warm = f.closedLoop(ctx, "warm-up", *flagWarmup)
 	r.closedCPU = measureCPU(b, v, func() {
-		defer profileClosed(b, v)()
+		defer profile(b, v, "")()
+		stop := make(chan struct{})
+		loaded := sampleP384(in, stop)
 		r.closed = f.closedLoop(ctx, "closed loop", *flagJoins)
+		close(stop)
+		r.p384Loaded = <-loaded
 	})
 	r.runPaced(b, ctx, v, f)
 	r.failedAttempts = f.failedAttempts.Load()
@@ -118,6 +123,7 @@ func (r *result) runPaced(b *testing.B, ctx context.Context, v *verifierProc, f 
 	r.pacedRate = rate
 	n := max(1, int(rate*flagPacedTime.Seconds()))
 	r.pacedCPU = measureCPU(b, v, func() {
+		defer profile(b, v, ".paced")()
 		r.paced = f.paced(ctx, "paced", n, rate)
 	})
 }
@@ -140,13 +146,14 @@ func measureCPU(b *testing.B, v *verifierProc, fn func()) cpuWindow {
 	return w
 }
 
-// profileClosed starts the verifier's CPU profile when -load.cpuprofile
-// asks for one and returns what stops it.
-func profileClosed(b *testing.B, v *verifierProc) func() {
+// profile starts the verifier's CPU profile when -load.cpuprofile asks for
+// one (the closed loop's in that file, the paced phase's in that file with
+// suffix appended) and returns what stops it.
+func profile(b *testing.B, v *verifierProc, suffix string) func() {
 	if *flagCPUProfile == "" {
 		return func() {}
 	}
-	path, err := filepath.Abs(*flagCPUProfile)
+	path, err := filepath.Abs(*flagCPUProfile + suffix)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -82,3 +82,36 @@ func threadCPU() time.Duration {
 	}
 	return time.Duration(ts.Nano())
 }
+
+// sampleP384 measures the bare verification while the load runs, in short
+// bursts (two verifications every 20 ms, under a tenth of a core), so it
+// sees the same contended caches and cores as the verifier's own
+// verification. It stops when stop is closed.
+func sampleP384(in p384Input, stop <-chan struct{}) <-chan p384Result {
+	out := make(chan p384Result, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var r p384Result
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			w0, c0 := time.Now(), threadCPU()
+			for range 2 {
+				if !ecdsa.VerifyASN1(in.pub, in.digest[:], in.sig) {
+					panic("bare P-384 verification failed")
+				}
+			}
+			r.cpu += threadCPU() - c0
+			r.wall += time.Since(w0)
+			r.ops += 2
+			select {
+			case <-stop:
+				out <- r
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return out
+}
