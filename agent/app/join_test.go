@@ -1,0 +1,43 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/latchkey/latchkey/agent/config"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+func TestDryRunPrintsRedactedJoinConfiguration(t *testing.T) {
+	var out bytes.Buffer
+	cfg := &config.Config{NodeName: "node-1", Role: "worker", Join: config.Join{DryRun: true}}
+	j, err := newJoiner(cfg, Deps{Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := "0123456789abcdef"
+	ticket := &latchkeyv1.Ticket{Token: "abcdef." + secret, ApiServerEndpoints: []string{"10.0.0.1:6443"},
+		CaCertHashes: []string{"sha256:" + strings.Repeat("ab", 32)}}
+	fetch := func(context.Context) (*latchkeyv1.Ticket, error) { t.Fatal("dry run fetched a ticket"); return nil, nil }
+	if err := j.Join(context.Background(), ticket, fetch); err != nil {
+		t.Fatal(err)
+	}
+	y := out.String()
+	for _, want := range []string{"kind: JoinConfiguration", "abcdef.", "10.0.0.1:6443", "sha256:abab", "name: node-1"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("dry-run output lacks %q:\n%s", want, y)
+		}
+	}
+	if strings.Contains(y, secret) {
+		t.Fatalf("dry-run output carries the token secret:\n%s", y)
+	}
+}
+
+func TestJoinDisabledIsNoJoiner(t *testing.T) {
+	j, err := newJoiner(&config.Config{Join: config.Join{Disabled: true}}, Deps{})
+	if err != nil || j != nil {
+		t.Fatalf("joiner %v err %v, want none", j, err)
+	}
+}
