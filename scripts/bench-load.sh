@@ -56,7 +56,7 @@ if [[ -n $profile ]]; then
   profile=$(realpath -m "$profile")
   args+=(-load.cpuprofile "$profile")
 fi
-echo "command: LATCHKEY_LOAD_BENCH=1 $bin ${args[*]}"
+echo "command (reproduces these joins): LATCHKEY_LOAD_BENCH=1 $bin ${args[*]}"
 LATCHKEY_LOAD_BENCH=1 timeout --signal TERM --kill-after 30s 11m "$bin" "${args[@]}"
 
 if [[ -n $profile ]]; then

@@ -151,9 +151,14 @@ func (j *Joiner) Join(ctx context.Context, t Ticket, st disk.Result) error {
 		return err
 	}
 	defer j.removeConfig(path)
+	env, cleanup, err := j.dryRunEnv()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
 	j.log.Info("running kubeadm join", "node", t.NodeName, "endpoint", t.Endpoints[0],
 		"control_plane", t.ControlPlane, "dry_run", j.cfg.DryRun)
-	err = j.kubeadm(ctx, j.joinArgs(path, t.ControlPlane))
+	err = j.kubeadm(ctx, j.joinArgs(path, t.ControlPlane), env...)
 	if err == nil {
 		j.log.Info("kubeadm join succeeded", "node", t.NodeName)
 		return nil
@@ -162,6 +167,28 @@ func (j *Joiner) Join(ctx context.Context, t Ticket, st disk.Result) error {
 		j.reset(ctx)
 	}
 	return fmt.Errorf("join: kubeadm join: %w", err)
+}
+
+// dryRunEnv gives a dry run a private directory for the files kubeadm
+// "would write" (the bootstrap kubeconfig among them holds the token),
+// instead of its default under /etc/kubernetes, and removes it afterwards.
+func (j *Joiner) dryRunEnv() ([]string, func(), error) {
+	if !j.cfg.DryRun {
+		return nil, func() {}, nil
+	}
+	if err := os.MkdirAll(j.cfg.Dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("join: create %s: %w", j.cfg.Dir, err)
+	}
+	dir, err := os.MkdirTemp(j.cfg.Dir, "kubeadm-dry-run-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("join: %w", err)
+	}
+	cleanup := func() {
+		if err := os.RemoveAll(dir); err != nil {
+			j.log.Error("could not remove the dry-run directory", "path", dir, "err", err)
+		}
+	}
+	return []string{"KUBEADM_JOIN_DRYRUN_DIR=" + dir}, cleanup, nil
 }
 
 func (j *Joiner) joinArgs(path string, controlPlane bool) []string {
@@ -225,8 +252,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // kubeadm runs one kubeadm command and logs its output line by line.
-func (j *Joiner) kubeadm(ctx context.Context, args []string) error {
-	res, err := j.cfg.Runner.Run(ctx, execx.Cmd{Name: j.cfg.Kubeadm, Args: args})
+func (j *Joiner) kubeadm(ctx context.Context, args []string, env ...string) error {
+	res, err := j.cfg.Runner.Run(ctx, execx.Cmd{Name: j.cfg.Kubeadm, Args: args, Env: env})
 	logLines(j.log, args[0], "stdout", res.Stdout)
 	logLines(j.log, args[0], "stderr", res.Stderr)
 	return err

@@ -200,6 +200,15 @@ func TestJoinDryRunDoesNotReset(t *testing.T) {
 	if len(calls) != 1 || !strings.HasSuffix(calls[0].Cmd.String(), " --dry-run") {
 		t.Fatalf("calls %v", calls)
 	}
+	// kubeadm's "would write" files (the token among them) go to a private
+	// directory that is gone afterwards, not to /etc/kubernetes/tmp.
+	env := calls[0].Cmd.Env
+	if len(env) != 1 || !strings.HasPrefix(env[0], "KUBEADM_JOIN_DRYRUN_DIR="+j.cfg.Dir+"/") {
+		t.Fatalf("env %v", env)
+	}
+	if _, err := os.Stat(strings.TrimPrefix(env[0], "KUBEADM_JOIN_DRYRUN_DIR=")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("dry-run directory left behind: %v", err)
+	}
 }
 
 func TestJoinSkippedWithKubeletCredentials(t *testing.T) {

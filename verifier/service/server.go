@@ -24,6 +24,12 @@ func NewGRPCServer(svc *Service, cert tls.Certificate) (*grpc.Server, *health.Se
 		grpc.MaxConcurrentStreams(256),
 		grpc.ConnectionTimeout(10*time.Second),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 2 * time.Minute}),
+		// Join messages are small and every join is a new connection: small
+		// per-connection buffers cut the allocation per join by about an
+		// eighth (load benchmark), without changing CPU.
+		grpc.ReadBufferSize(16<<10),
+		grpc.WriteBufferSize(16<<10),
+		grpc.SharedWriteBuffer(true),
 	)
 	latchkeyv1.RegisterJoinServiceServer(srv, svc)
 	hs := health.NewServer()

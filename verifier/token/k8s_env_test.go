@@ -92,6 +92,8 @@ func (e k8sEnv) tokenClient(t testing.TB, tok string) kubernetes.Interface {
 		Host:            "https://" + e["LATCHKEY_K8S_ENDPOINT"],
 		BearerToken:     tok,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(e["LATCHKEY_K8S_PKI"], "ca.crt")},
+		QPS:             100,
+		Burst:           100,
 	}
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

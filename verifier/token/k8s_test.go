@@ -180,9 +180,16 @@ func TestK8sRevokeAfterFailedHandover(t *testing.T) {
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("token secret after revoke: %v", err)
 	}
-	_, err = tc.CoreV1().ConfigMaps("kube-system").Get(context.Background(), "kubeadm-config", metav1.GetOptions{})
-	if !apierrors.IsUnauthorized(err) {
-		t.Fatalf("revoked token still authenticates: %v", err)
+	var last error
+	// The API server caches a successful token authentication for 10s
+	// (kube-apiserver's token success cache): the revocation takes effect
+	// after that.
+	err = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, last = tc.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubeadm-config", metav1.GetOptions{})
+		return apierrors.IsUnauthorized(last), nil
+	})
+	if err != nil {
+		t.Fatalf("revoked token still authenticates after 30s: %v (last answer: %v)", err, last)
 	}
 }
 

@@ -28,6 +28,7 @@ var (
 	flagAgents     = flag.Int("load.concurrency", 256, "concurrent agents (each join on its own TLS connection)")
 	flagJoins      = flag.Int("load.joins", 6000, "joins in the measured closed-loop phase")
 	flagWarmup     = flag.Int("load.warmup", 512, "joins before measuring")
+	flagSerial     = flag.Int("load.serial", 100, "joins by a single agent after the warm-up: the latency floor (0: none)")
 	flagPacedRate  = flag.Float64("load.paced-rate", 0, "joins/s of the paced phase (0: half the closed-loop rate; <0: no paced phase)")
 	flagPacedTime  = flag.Duration("load.paced-time", 15*time.Second, "length of the paced phase")
 	flagP384Time   = flag.Duration("load.p384-time", time.Second, "CPU time of each bare P-384 measurement")
@@ -59,21 +60,25 @@ type cpuWindow struct {
 
 // result is everything one run measured.
 type result struct {
-	agents           int
-	pid              int
-	warm, closed     *phase
-	paced            *phase
-	closedCPU        cpuWindow
-	pacedCPU         cpuWindow
-	idle             cpuWindow
-	idleWall         time.Duration
+	agents, pid int
+	// Phases: warm-up, one agent alone (latency floor), closed loop
+	// (throughput, the headline CPU), paced (open-loop latency).
+	warm, serial, closed, paced *phase
+	pacedRate                   float64
+	failedAttempts              int64
+	// The verifier's CPU over the closed loop, the paced phase, and idle
+	// (during the first bare P-384 measurement, idleWall long).
+	closedCPU, pacedCPU, idle cpuWindow
+	idleWall                  time.Duration
+	// generatorCPU is this process's CPU over the closed loop.
+	generatorCPU time.Duration
+	// p384 is measured before and after the load, p384Loaded during the
+	// closed loop.
 	p384             [2]p384Result
-	p384Loaded       p384Result // sampled during the closed loop
-	rssIdle, rssPeak int64      // KiB
+	p384Loaded       p384Result
+	rssIdle, rssPeak int64 // KiB
 	final            verifierStats
 	rusage           *syscall.Rusage
-	pacedRate        float64
-	failedAttempts   int64
 	loadBefore       string
 	loadAfter        string
 }
@@ -92,16 +97,21 @@ func runLoad(b *testing.B) *result {
 	ctx, cancel := context.WithTimeout(context.Background(), *flagTimeout)
 	defer cancel()
 	stopSampler := sampleRSS(r.pid)
-	r.warm = f.closedLoop(ctx, "warm-up", *flagWarmup)
+	r.warm = f.closedLoop(ctx, "warm-up", *flagAgents, *flagWarmup)
+	if *flagSerial > 0 {
+		r.serial = f.closedLoop(ctx, "one-agent", 1, *flagSerial)
+	}
+	gen0 := selfCPU(b)
 	r.closedCPU = measureCPU(b, v, func() {
 		defer profile(b, v, "")()
 		stop := make(chan struct{})
 		loaded := sampleP384(in, stop)
-		r.closed = f.closedLoop(ctx, "closed loop", *flagJoins)
+		r.closed = f.closedLoop(ctx, "closed-loop", *flagAgents, *flagJoins)
 		close(stop)
 		r.p384Loaded = <-loaded
 	})
-	r.runPaced(b, ctx, v, f)
+	r.generatorCPU = selfCPU(b) - gen0 - r.p384Loaded.cpu
+	r.runPaced(ctx, b, v, f)
 	r.failedAttempts = f.failedAttempts.Load()
 	r.p384[1] = measureP384(b, in, *flagP384Time)
 	r.rssPeak = stopSampler()
@@ -112,7 +122,7 @@ func runLoad(b *testing.B) *result {
 	return r
 }
 
-func (r *result) runPaced(b *testing.B, ctx context.Context, v *verifierProc, f *fleet) {
+func (r *result) runPaced(ctx context.Context, b *testing.B, v *verifierProc, f *fleet) {
 	rate := *flagPacedRate
 	if rate < 0 {
 		return
@@ -159,6 +169,15 @@ func profile(b *testing.B, v *verifierProc, suffix string) func() {
 	}
 	v.profile(b, "profile-start "+path)
 	return func() { v.profile(b, "profile-stop") }
+}
+
+// selfCPU is this process's user+system time (the load generator's).
+func selfCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func mustMem(b *testing.B, pid int) (rss, hwm int64) {

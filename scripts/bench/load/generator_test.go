@@ -82,6 +82,7 @@ func (f *fleet) join(ctx context.Context, c *ticket.Client) error {
 // phase is the outcome of one run of joins.
 type phase struct {
 	name   string
+	agents int
 	joins  int
 	wall   time.Duration
 	lat    []time.Duration // of the successful joins, sorted
@@ -121,21 +122,22 @@ func (r *recorder) add(d time.Duration, err error) {
 	r.lat = append(r.lat, d)
 }
 
-func (r *recorder) phase(name string, joins int, wall time.Duration) *phase {
+func (r *recorder) phase(name string, agents, joins int, wall time.Duration) *phase {
 	slices.Sort(r.lat)
-	return &phase{name: name, joins: joins, wall: wall, lat: r.lat, failed: r.failed, err: r.err}
+	return &phase{name: name, agents: agents, joins: joins, wall: wall, lat: r.lat, failed: r.failed, err: r.err}
 }
 
-// closedLoop has every agent join back to back until n joins are done:
-// the verifier's saturated throughput. Latency here is bounded below by
-// agents/throughput (Little's law), whatever the verifier does.
-func (f *fleet) closedLoop(ctx context.Context, name string, n int) *phase {
+// closedLoop has the first k agents join back to back until n joins are
+// done; with all agents, the verifier's saturated throughput. Latency here
+// is bounded below by k/throughput (Little's law), whatever the verifier
+// does.
+func (f *fleet) closedLoop(ctx context.Context, name string, k, n int) *phase {
 	rec := &recorder{lat: make([]time.Duration, 0, n)}
 	var left atomic.Int64
 	left.Store(int64(n))
 	var wg sync.WaitGroup
 	start := time.Now()
-	for _, c := range f.agents {
+	for _, c := range f.agents[:k] {
 		wg.Go(func() {
 			for left.Add(-1) >= 0 && ctx.Err() == nil {
 				t0 := time.Now()
@@ -145,7 +147,7 @@ func (f *fleet) closedLoop(ctx context.Context, name string, n int) *phase {
 		})
 	}
 	wg.Wait()
-	return rec.phase(name, n, time.Since(start))
+	return rec.phase(name, k, n, time.Since(start))
 }
 
 // paced starts n joins at a fixed rate (open loop), each taken by the
@@ -167,7 +169,7 @@ func (f *fleet) paced(ctx context.Context, name string, n int, rate float64) *ph
 		})
 	}
 	wg.Wait()
-	return rec.phase(name, n, time.Since(start))
+	return rec.phase(name, len(f.agents), n, time.Since(start))
 }
 
 // schedule sends the due time of join i at start + i/rate.
