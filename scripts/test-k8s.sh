@@ -12,7 +12,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
-pkgs=(./verifier/token/)
+pkgs=(./verifier/token/ ./agent/join/)
 
 [[ $EUID -eq 0 ]] || { echo "test-k8s: run as root" >&2; exit 1; }
 if [[ "${LATCHKEY_K8S_KEEP:-0}" != 1 ]]; then
@@ -36,6 +36,7 @@ for p in "${pkgs[@]}"; do
 	name="$(echo "$p" | tr '/.' '__')"
 	echo "== $p (k8s)"
 	(cd "$p" && ip netns exec "$LATCHKEY_K8S_NETNS" env LATCHKEY_K8S_ENV="$envfile" \
+		LATCHKEY_KUBEADM="$LATCHKEY_K8S_BIN/kubeadm" \
 		"$bindir/$name.test" -test.count=1 -test.v -test.run "${LATCHKEY_K8S_RUN:-K8s}" "$@") || rc=$?
 done
 exit $rc

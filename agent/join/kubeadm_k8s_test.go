@@ -29,7 +29,7 @@ func kubeadmBinary(t *testing.T) string {
 }
 
 // The real kubeadm accepts the rendered configurations as they are.
-func TestKubeadmValidatesRenderedConfig(t *testing.T) {
+func TestK8sKubeadmValidatesRenderedConfig(t *testing.T) {
 	kubeadm := kubeadmBinary(t)
 	j := newJoiner(t, &execx.Fake{}, func(c *Config) {
 		c.DiscoveryTimeout, c.TLSBootstrapTimeout = 30*time.Second, 2*time.Minute

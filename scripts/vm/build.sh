@@ -201,7 +201,7 @@ guest_common_setup() {
   printf '/dev/vda / ext4 rw,errors=remount-ro 0 1\n' >"$root/etc/fstab"
   systemctl --root="$root" enable systemd-networkd.service systemd-networkd-wait-online.service >/dev/null 2>&1 ||
     die "enable systemd-networkd in guest failed"
-  systemctl --root="$root" mask getty@tty1.service serial-getty@ttyS0.service \
+  systemctl --root="$root" mask getty@tty1.service serial-getty@ttyS0.service getty-static.service \
     apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer \
     systemd-timesyncd.service >/dev/null 2>&1 || true
   systemctl --root="$root" enable latchkey-e2e-tamper.service >/dev/null 2>&1 ||

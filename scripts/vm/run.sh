@@ -188,7 +188,8 @@ wait_boot() {
     sleep 0.2
   done
   BOOT_STATUS=0
-  wait "$pid" || BOOT_STATUS=$?
+  # (stderr: bash's own "Killed" job notice for the crash step)
+  wait "$pid" 2>/dev/null || BOOT_STATUS=$?
 }
 
 # serial_has REGEX: true when the last boot's console printed a match.
