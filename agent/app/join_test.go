@@ -20,7 +20,10 @@ func TestDryRunPrintsRedactedJoinConfiguration(t *testing.T) {
 	secret := "0123456789abcdef"
 	ticket := &latchkeyv1.Ticket{Token: "abcdef." + secret, ApiServerEndpoints: []string{"10.0.0.1:6443"},
 		CaCertHashes: []string{"sha256:" + strings.Repeat("ab", 32)}}
-	fetch := func(context.Context) (*latchkeyv1.Ticket, error) { t.Fatal("dry run fetched a ticket"); return nil, nil }
+	fetch := func(context.Context) (*latchkeyv1.Ticket, error) {
+		t.Fatal("dry run fetched a ticket")
+		return nil, nil
+	}
 	if err := j.Join(context.Background(), ticket, fetch); err != nil {
 		t.Fatal(err)
 	}

@@ -95,6 +95,9 @@ type Join struct {
 	// DryRun prints the JoinConfiguration (token secret redacted) instead
 	// of running kubeadm.
 	DryRun bool `json:"dryRun,omitempty"`
+	// KubeadmDryRun runs `kubeadm join --dry-run`: real discovery against
+	// the cluster (token, signature, CA pin), no change to this node.
+	KubeadmDryRun bool `json:"kubeadmDryRun,omitempty"`
 	// Kubeadm is the kubeadm binary (default: kubeadm on $PATH).
 	Kubeadm string `json:"kubeadm,omitempty"`
 	// DiscoveryTimeout for kubeadm's discovery (default 5m).

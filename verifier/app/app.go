@@ -172,6 +172,9 @@ func (v *Verifier) Serve(ctx context.Context) error {
 	}
 	go v.store.Run(ctx)
 	go v.serveMetrics(ctx)
+	if v.kube != nil {
+		go runApprover(ctx, v.kube, v.cfg.Kubernetes, v.deps.Logger)
+	}
 	stopAdmin := v.serveAdmin()
 	defer stopAdmin()
 	errc := make(chan error, 1)

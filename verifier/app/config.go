@@ -67,6 +67,13 @@ type Kubernetes struct {
 	TokenTTL Duration `json:"tokenTTL,omitempty"`
 	// JWSWait bounds the wait for cluster-info's signature (default 30s).
 	JWSWait Duration `json:"jwsWait,omitempty"`
+	// CertificatesDir is the control plane's PKI directory (kubeadm's
+	// /etc/kubernetes/pki) whose shared certificates a control-plane join
+	// receives, encrypted. Empty refuses control-plane joins.
+	CertificatesDir string `json:"certificatesDir,omitempty"`
+	// ApproveServingCertificates lets the verifier approve kubelet-serving
+	// CSRs of nodes it attested (client CSRs are always checked).
+	ApproveServingCertificates bool `json:"approveServingCertificates,omitempty"`
 }
 
 // Duration is a time.Duration written as "30s" in YAML.

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,8 +25,22 @@ func newKubeMinter(k *Kubernetes, log *slog.Logger) (kubernetes.Interface, token
 		return nil, nil, err
 	}
 	m, err := token.NewKube(token.KubeConfig{Client: client, Logger: log, TTL: k.TokenTTL.Duration,
-		SignatureWait: k.JWSWait.Duration, Endpoints: k.APIServerEndpoints, CACertHashes: k.CACertHashes})
+		SignatureWait: k.JWSWait.Duration, Endpoints: k.APIServerEndpoints, CACertHashes: k.CACertHashes,
+		CertificatesDir: k.CertificatesDir})
 	return client, m, err
+}
+
+// runApprover approves kubelet CSRs only for the node names the verifier
+// attested (kubeadm's blanket auto-approval is off for latchkey's tokens).
+// It runs until ctx ends; its failure is logged, joins go on.
+func runApprover(ctx context.Context, client kubernetes.Interface, k *Kubernetes, log *slog.Logger) {
+	a, err := token.NewApprover(token.ApproverConfig{Client: client, Logger: log, ServingCertificates: k.ApproveServingCertificates})
+	if err == nil {
+		err = a.Run(ctx)
+	}
+	if err != nil && ctx.Err() == nil {
+		log.Error("csr approver stopped; new nodes cannot get kubelet certificates", "error", err.Error())
+	}
 }
 
 // kubeClient reads the kubeconfig at path, or the systemd credential.
@@ -42,6 +57,8 @@ func kubeClient(path string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes: kubeconfig %s: %w", path, err)
 	}
 	rc.UserAgent = "latchkey-verifier"
+	// A mint is 2-4 requests; client-go's default 5/s would throttle joins.
+	rc.QPS, rc.Burst = 100, 200
 	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)

@@ -46,7 +46,7 @@ func (s *Service) mint(ctx context.Context, hello *latchkeyv1.Hello, out *outcom
 		EvidenceDigest: out.digest,
 	})
 	if err != nil {
-		return nil, attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "mint bootstrap token: %w", err)
+		return nil, attest.Refuse(mintReason(err), "mint bootstrap token: %w", err)
 	}
 	out.tokenID = g.ID
 	s.cfg.Metrics.TokenMinted()
@@ -95,4 +95,17 @@ func (s *Service) revoke(ctx context.Context, id string, cause error) {
 	}
 	s.cfg.Metrics.TokenRevoked(metrics.RevokeNoAck)
 	s.log.Info("revoked undelivered bootstrap token", "token_id", id, "cause", cause.Error())
+}
+
+// mintReason: a control-plane token the verifier is not set up to mint is
+// a role refusal, a request the token step cannot take is malformed, and
+// anything else (the API server, the signer's wait) is transient.
+func mintReason(err error) latchkeyv1.Reason {
+	switch {
+	case errors.Is(err, token.ErrControlPlaneDisabled):
+		return latchkeyv1.Reason_ROLE_NOT_ALLOWED
+	case errors.Is(err, token.ErrBadRequest):
+		return latchkeyv1.Reason_MALFORMED
+	}
+	return latchkeyv1.Reason_UNAVAILABLE
 }

@@ -57,7 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 type flags struct {
 	configPath                                   string
 	verifiers, pins                              string
-	insecure, dryRun, wipe, noJoin               bool
+	insecure, dryRun, wipe, noJoin, kubeadmDry   bool
+	kubeadm                                      string
 	nodeName, role, variant, tpmDevice, diskMode string
 	diskDevice, diskUUID, cmdlinePath, logLevel  string
 	timeout                                      time.Duration
@@ -77,6 +78,8 @@ func (f *flags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.diskUUID, "disk-uuid", "", "disk UUID in key-only mode")
 	fs.BoolVar(&f.wipe, "wipe-state-disk", false, "DESTROY data on a state disk that is not latchkey's and format it")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print the kubeadm JoinConfiguration (secrets redacted) instead of running kubeadm")
+	fs.BoolVar(&f.kubeadmDry, "kubeadm-dry-run", false, "run `kubeadm join --dry-run`: real discovery, no change to this node")
+	fs.StringVar(&f.kubeadm, "kubeadm", "", "the kubeadm binary (default: kubeadm on $PATH)")
 	fs.BoolVar(&f.noJoin, "no-join", false, "do not join Kubernetes (disk-only machines)")
 	fs.StringVar(&f.cmdlinePath, "kernel-cmdline", "/proc/cmdline", "kernel command line to read latchkey.* from")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -109,6 +112,8 @@ func (f *flags) apply(c *config.Config) {
 	c.Disk.WipeStateDisk = c.Disk.WipeStateDisk || f.wipe
 	c.Join.DryRun = c.Join.DryRun || f.dryRun
 	c.Join.Disabled = c.Join.Disabled || f.noJoin
+	c.Join.KubeadmDryRun = c.Join.KubeadmDryRun || f.kubeadmDry
+	override(&c.Join.Kubeadm, f.kubeadm)
 	override(&c.NodeName, f.nodeName)
 	override(&c.Role, f.role)
 	override(&c.Variant, f.variant)
