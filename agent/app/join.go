@@ -28,7 +28,8 @@ func newJoiner(cfg *config.Config, deps Deps) (boot.Joiner, error) {
 		return nil, nil
 	}
 	j, err := join.New(join.Config{Runner: execx.New(execx.Config{Logger: deps.Logger}), Logger: deps.Logger,
-		Kubeadm: cfg.Join.Kubeadm, DiscoveryTimeout: cfg.Join.DiscoveryTimeout.Duration, DryRun: cfg.Join.KubeadmDryRun})
+		Kubeadm: cfg.Join.Kubeadm, DiscoveryTimeout: cfg.Join.DiscoveryTimeout.Duration, DryRun: cfg.Join.KubeadmDryRun,
+		IgnorePreflightErrors: cfg.Join.IgnorePreflightErrors})
 	if err != nil {
 		return nil, err
 	}

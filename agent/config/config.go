@@ -98,6 +98,9 @@ type Join struct {
 	// KubeadmDryRun runs `kubeadm join --dry-run`: real discovery against
 	// the cluster (token, signature, CA pin), no change to this node.
 	KubeadmDryRun bool `json:"kubeadmDryRun,omitempty"`
+	// IgnorePreflightErrors are passed to kubeadm as they are (e.g. "all"
+	// where no container runtime runs, as in the demo).
+	IgnorePreflightErrors []string `json:"ignorePreflightErrors,omitempty"`
 	// Kubeadm is the kubeadm binary (default: kubeadm on $PATH).
 	Kubeadm string `json:"kubeadm,omitempty"`
 	// DiscoveryTimeout for kubeadm's discovery (default 5m).

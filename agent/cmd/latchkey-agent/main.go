@@ -58,7 +58,7 @@ type flags struct {
 	configPath                                   string
 	verifiers, pins                              string
 	insecure, dryRun, wipe, noJoin, kubeadmDry   bool
-	kubeadm                                      string
+	kubeadm, ignorePreflight                     string
 	nodeName, role, variant, tpmDevice, diskMode string
 	diskDevice, diskUUID, cmdlinePath, logLevel  string
 	timeout                                      time.Duration
@@ -80,6 +80,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print the kubeadm JoinConfiguration (secrets redacted) instead of running kubeadm")
 	fs.BoolVar(&f.kubeadmDry, "kubeadm-dry-run", false, "run `kubeadm join --dry-run`: real discovery, no change to this node")
 	fs.StringVar(&f.kubeadm, "kubeadm", "", "the kubeadm binary (default: kubeadm on $PATH)")
+	fs.StringVar(&f.ignorePreflight, "ignore-preflight-errors", "", "kubeadm preflight checks to ignore, comma-separated")
 	fs.BoolVar(&f.noJoin, "no-join", false, "do not join Kubernetes (disk-only machines)")
 	fs.StringVar(&f.cmdlinePath, "kernel-cmdline", "/proc/cmdline", "kernel command line to read latchkey.* from")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -114,6 +115,9 @@ func (f *flags) apply(c *config.Config) {
 	c.Join.Disabled = c.Join.Disabled || f.noJoin
 	c.Join.KubeadmDryRun = c.Join.KubeadmDryRun || f.kubeadmDry
 	override(&c.Join.Kubeadm, f.kubeadm)
+	if f.ignorePreflight != "" {
+		c.Join.IgnorePreflightErrors = strings.Split(f.ignorePreflight, ",")
+	}
 	override(&c.NodeName, f.nodeName)
 	override(&c.Role, f.role)
 	override(&c.Variant, f.variant)
