@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/agent/disk"
+	"github.com/latchkey/latchkey/internal/clock"
 	"github.com/latchkey/latchkey/internal/execx"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -224,7 +225,7 @@ func (j *Joiner) Run(ctx context.Context, fetch func(context.Context) (Ticket, e
 	var err error
 	for attempt := 1; attempt <= j.cfg.Attempts; attempt++ {
 		if attempt > 1 {
-			if werr := sleep(ctx, j.cfg.RetryDelay); werr != nil {
+			if werr := clock.Sleep(ctx, j.cfg.RetryDelay); werr != nil {
 				return errors.Join(err, werr)
 			}
 		}
@@ -238,17 +239,6 @@ func (j *Joiner) Run(ctx context.Context, fetch func(context.Context) (Ticket, e
 		j.log.Warn("join attempt failed", "attempt", attempt, "of", j.cfg.Attempts, "err", err)
 	}
 	return fmt.Errorf("join: giving up after %d attempts: %w", j.cfg.Attempts, err)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // kubeadm runs one kubeadm command and logs its output line by line.

@@ -116,11 +116,21 @@ func startRig(t testing.TB, sim *tpmtest.Simulator, cfg *app.Config) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	startAssembled(t, r, cfg, minter)
+	return r
+}
+
+// startAssembled serves cfg as `serve` assembles it on a loopback port; a
+// non-nil minter replaces the one cfg's Kubernetes section would build.
+func startAssembled(t testing.TB, r *rig, cfg *app.Config, minter token.Minter) {
+	t.Helper()
+	deps := app.Deps{Logger: slog.New(slog.NewTextHandler(r.logs, nil)), Minter: minter}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := app.New(cfg, app.Deps{Logger: slog.New(slog.NewTextHandler(r.logs, nil)), Listener: lis, Minter: minter})
+	deps.Listener = lis
+	v, err := app.New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +143,6 @@ func startRig(t testing.TB, sim *tpmtest.Simulator, cfg *app.Config) *rig {
 		t.Fatal(err)
 	}
 	r.addr, r.pin = lis.Addr().String(), pinOf(t, cert.Certificate[0])
-	return r
 }
 
 // signingClientset is a fake clientset with a kubeadm-style cluster-info

@@ -1,0 +1,89 @@
+//go:build k8s
+
+package app_test
+
+// Whole joins against the real control plane that scripts/test-k8s.sh
+// brings up (run inside its network namespace, LATCHKEY_K8S_ENV set).
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/verifier/app"
+)
+
+func k8sEnv(tb testing.TB) map[string]string {
+	tb.Helper()
+	path := os.Getenv("LATCHKEY_K8S_ENV")
+	if path == "" {
+		tb.Skip("LATCHKEY_K8S_ENV not set: run through scripts/test-k8s.sh")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// kubeRig is the assembled verifier with the real token step: the narrow
+// credential, the real bootstrap signer's JWS wait.
+func kubeRig(tb testing.TB) *rig {
+	env := k8sEnv(tb)
+	sim := tpmtest.Start(tb)
+	dir := tb.TempDir()
+	ref, err := tpm.Measure(context.Background(), sim.Device, testPCRs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	writeYAML(tb, filepath.Join(dir, "policy.yaml"), map[string]any{"apiVersion": "latchkey/v1",
+		"tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}})
+	os.WriteFile(filepath.Join(dir, "master"), make([]byte, 32), 0o600)
+	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
+		ClusterSalt: "k8s-bench", StateDir: filepath.Join(dir, "state"), AdminSocket: "-",
+		Kubernetes: &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]}}
+	r := &rig{sim: sim, logs: &lockedBuffer{}}
+	startAssembled(tb, r, cfg, nil)
+	return r
+}
+
+// BenchmarkK8sJoin is Hello to acknowledged Ticket, measured by the agent,
+// for whole first joins: TLS handshake, quote and activation on swtpm,
+// validation, the token Secret write on the real API server and the wait
+// for the bootstrap signer's JWS on cluster-info. It reports the median
+// and p99 over b.N joins.
+func BenchmarkK8sJoin(b *testing.B) {
+	r := kubeRig(b)
+	c := r.agent(b, r.issuer(b), time.Minute)
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		t, err := c.Get(context.Background(), worker())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if t.Token == "" {
+			b.Fatal("no token minted")
+		}
+		lat = append(lat, time.Since(start))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[(len(lat)*99)/100].Microseconds())/1000, "p99-ms")
+}
