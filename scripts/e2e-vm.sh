@@ -25,6 +25,7 @@ RUN_DIR=${LATCHKEY_E2E_OUT:-$REPO/out/e2e-vm}
 MODE=phase2
 BUILD_ONLY=0
 KEEP=0
+RUN_DIR_MADE=0
 
 # shellcheck source=scripts/vm/build.sh
 source "$REPO/scripts/vm/build.sh"
@@ -56,30 +57,47 @@ on_exit() {
   local rc=$?
   trap - EXIT INT TERM
   cleanup_processes
-  if ((!KEEP)) && [[ -d $RUN_DIR ]]; then
-    find "$RUN_DIR" -name '*.img' -delete
+  # Only ever touch the output folder this run made, and only the files
+  # it wrote there: throwaway secrets and, unless --keep, node disks.
+  if ((RUN_DIR_MADE)); then
+    rm -f "$RUN_DIR/verifier/master.secret" "$RUN_DIR/phase1.key"
+    ((KEEP)) || rm -f "$RUN_DIR"/*/root.img "$RUN_DIR"/*/state.img
   fi
   exit "$rc"
 }
 
+# check_run_dir: the output folder is emptied at every run, so it must be
+# one this script made (it carries a stamp file) or not exist yet, or be
+# empty; anything else is refused rather than wiped.
+RUN_STAMP=.latchkey-e2e-vm
+check_run_dir() {
+  RUN_DIR=$(realpath -m "$RUN_DIR")
+  [[ $RUN_DIR != / ]] || die "refusing / as the output folder"
+  if [[ -e $RUN_DIR && ! -f $RUN_DIR/$RUN_STAMP && -n $(ls -A "$RUN_DIR") ]]; then
+    die "$RUN_DIR is not empty and was not made by e2e-vm.sh; refusing to wipe it (set LATCHKEY_E2E_OUT)"
+  fi
+}
+
 main() {
   parse_args "$@"
+  check_run_dir
   trap on_exit EXIT
   trap 'exit 130' INT TERM
   ensure_host_tools
   local t0=$SECONDS
   build_base
   log "base artefacts ready in $((SECONDS - t0)) s (cache: $VM_CACHE)"
-  rm -rf "$RUN_DIR" && mkdir -p "$RUN_DIR"
   local phases=("$MODE") p
   [[ $MODE == all ]] && phases=(phase1 phase2)
-  for p in "${phases[@]}"; do
-    if ((BUILD_ONLY)); then "build_${p}_image"; else "run_$p"; fi
-  done
   if ((BUILD_ONLY)); then
+    for p in "${phases[@]}"; do "build_${p}_image"; done
     log "build done in $((SECONDS - t0)) s"
     return 0
   fi
+  rm -rf --one-file-system "$RUN_DIR" && mkdir -p "$RUN_DIR"
+  touch "$RUN_DIR/$RUN_STAMP"
+  RUN_DIR_MADE=1
+  for p in "${phases[@]}"; do "run_$p"; done
   print_results
   ((FAILED == 0))
 }

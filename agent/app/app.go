@@ -75,17 +75,21 @@ func Build(cfg *config.Config, deps Deps) (b *boot.Boot, closeFn func(), err err
 // NewIssuer picks the evidence variant: the configured one, or with
 // "auto" SEV-SNP when the machine offers it and the TPM otherwise.
 func NewIssuer(cfg *config.Config) (attest.Issuer, error) {
-	v := cfg.Variant
-	if v == "auto" {
-		v = "tpm"
-		if snp.Available() {
-			v = "snp"
-		}
-	}
-	if v == "snp" {
+	if variant(cfg) == "snp" {
 		return snp.NewIssuer(snp.IssuerConfig{})
 	}
 	return tpm.NewIssuer(tpm.IssuerConfig{Device: cfg.TPM.Device, PCRs: cfg.TPM.PCRs})
+}
+
+// variant resolves "auto" (or unset) to what the machine offers.
+func variant(cfg *config.Config) string {
+	if cfg.Variant != "auto" && cfg.Variant != "" {
+		return cfg.Variant
+	}
+	if snp.Available() {
+		return "snp"
+	}
+	return "tpm"
 }
 
 func newTickets(cfg *config.Config, issuer attest.Issuer, deps Deps) (*ticket.Client, error) {

@@ -25,14 +25,8 @@ type snippet struct {
 func Measure(ctx context.Context, cfg *config.Config, w io.Writer) error {
 	s := snippet{APIVersion: "latchkey/v1"}
 	var err error
-	variant := cfg.Variant
-	if variant == "auto" || variant == "" {
-		variant = "tpm"
-		if snp.Available() {
-			variant = "snp"
-		}
-	}
-	if variant == "snp" {
+	v := variant(cfg)
+	if v == "snp" {
 		s.SNP, err = snp.Measure(ctx, snp.IssuerConfig{})
 	} else {
 		s.TPM, err = tpm.Measure(ctx, cfg.TPM.Device, cfg.TPM.PCRs)
@@ -44,6 +38,6 @@ func Measure(ctx context.Context, cfg *config.Config, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("measure: %w", err)
 	}
-	_, err = fmt.Fprintf(w, "# latchkey reference values of this machine (%s); paste into the verifier policy\n%s", variant, out)
+	_, err = fmt.Fprintf(w, "# latchkey reference values of this machine (%s); paste into the verifier policy\n%s", v, out)
 	return err
 }

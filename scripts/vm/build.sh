@@ -143,7 +143,7 @@ build_rootfs() {
   debootstrap --variant=minbase --include="$VM_ROOTFS_PACKAGES" \
     "$VM_SUITE" "$tmp/root" "$VM_MIRROR" >"$tmp/debootstrap.log" 2>&1 ||
     { tail -20 "$tmp/debootstrap.log" >&2; die "debootstrap failed (log: $tmp/debootstrap.log)"; }
-  safe_rm "$tmp"/root/var/cache/apt/archives/*.deb "$tmp"/root/var/lib/apt/lists/*_Packages
+  rm -f "$tmp"/root/var/cache/apt/archives/*.deb "$tmp"/root/var/lib/apt/lists/*_Packages
   touch "$tmp/.done"
   safe_rm "$ROOTFS_DIR"
   mv "$tmp" "$ROOTFS_DIR"

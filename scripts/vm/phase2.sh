@@ -9,10 +9,17 @@
 # unit, and a check unit that reports the boot's outcome on the console.
 # The verifier runs on a host loopback port, forwarded into the guest.
 
-# LATCHKEY_E2E_JOIN: "disabled" (join.disabled in the agent config) is the
-# only mode until a local control plane exists for the verifier to mint
-# tokens on (issue 5); the agent's disk and ticket stages run for real.
+# LATCHKEY_E2E_JOIN:
+#   disabled (default) join.disabled in the agent config; the verifier runs
+#            in disk-only mode. Needs nothing but this repository.
+#   kubeadm  scripts/controlplane.sh's real control plane (its binaries come
+#            from scripts/k8s/build.sh: about 20 minutes when not cached);
+#            the verifier mints real tokens there, and the guest's agent
+#            runs the real kubeadm `join --dry-run` (discovery: token, JWS,
+#            CA pin) through guest/kubeadm's wrapper, which then leaves a
+#            kubelet.conf so the reboot must skip the join.
 P2_JOIN=${LATCHKEY_E2E_JOIN:-disabled}
+P2_NETNS=latchkey-e2e-vm # the control plane's network namespace (kubeadm mode)
 # The agent's ticket timeout in the guest: long enough for the verifier
 # outage step, short enough that a refused boot ends within minutes.
 P2_AGENT_TIMEOUT=${LATCHKEY_E2E_AGENT_TIMEOUT:-60s}
@@ -50,7 +57,8 @@ write_agent_config() {
     echo "  device: /dev/disk/by-id/virtio-latchkey-state"
     case $P2_JOIN in
       disabled) printf 'join:\n  disabled: true\n' ;;
-      *) die "LATCHKEY_E2E_JOIN=$P2_JOIN: only 'disabled' is supported until a local control plane exists" ;;
+      kubeadm) printf 'join:\n  kubeadm: /usr/local/sbin/latchkey-e2e-kubeadm\n  kubeadmDryRun: true\n  ignorePreflightErrors: [all]\n  discoveryTimeout: 2m\n' ;;
+      *) die "LATCHKEY_E2E_JOIN=$P2_JOIN: want disabled or kubeadm" ;;
     esac
   } >"$P2_AGENT_CONFIG.tmp"
   mv "$P2_AGENT_CONFIG.tmp" "$P2_AGENT_CONFIG"
@@ -61,6 +69,10 @@ phase2_hook() {
   "$REPO/image/install.sh" --root "$root" --bin-dir "$P2_BIN" --agent-config "$P2_AGENT_CONFIG" \
     >"$VM_CACHE/install-e2e.log" 2>&1 || { cat "$VM_CACHE/install-e2e.log" >&2; die "image/install.sh failed"; }
   cp -a "$REPO/scripts/vm/guest/phase2/." "$root/"
+  if [[ $P2_JOIN == kubeadm ]]; then
+    install -m 0755 "$K8S_BIN/kubeadm" "$root/usr/local/bin/kubeadm"
+    cp -a "$REPO/scripts/vm/guest/kubeadm/." "$root/"
+  fi
   systemctl --root="$root" enable kubelet.service latchkey-e2e-measure.service \
     latchkey-e2e-check.service >/dev/null 2>&1 || die "enable phase 2 guest units failed"
 }
@@ -71,14 +83,38 @@ build_phase2_image() {
   [[ -z $missing ]] || die "phase 2 needs: ${missing//$'\n'/, }"
   build_latchkey
   write_agent_config
-  build_image phase2 phase2_hook "$( (sha256sum "$P2_BIN/latchkey-agent" "$P2_AGENT_CONFIG"
-    tree_hash "$REPO/image" "$REPO/units") | key_of)"
+  local kubeadm_id=none
+  if [[ $P2_JOIN == kubeadm ]]; then
+    K8S_BIN=$("$REPO/scripts/k8s/build.sh") || die "scripts/k8s/build.sh failed"
+    kubeadm_id=$(sha256sum "$K8S_BIN/kubeadm")
+  fi
+  build_image "phase2-$P2_JOIN" phase2_hook "$( (sha256sum "$P2_BIN/latchkey-agent" "$P2_AGENT_CONFIG"
+    echo "$kubeadm_id"; tree_hash "$REPO/image" "$REPO/units") | key_of)"
 }
 
 # ---------------------------------------------------------------- verifier
 
+# k8s_up (kubeadm mode): starts the control plane in its own namespace
+# and forwards its API server into the guests; sets the LATCHKEY_K8S_*
+# variables of its env file.
+k8s_up() {
+  local env
+  CLEANUP_HOOKS+=(k8s_down)
+  env=$(LATCHKEY_CP_DIR=$RUN_DIR/cp LATCHKEY_CP_NETNS=$P2_NETNS "$REPO/scripts/controlplane.sh" up) ||
+    die "scripts/controlplane.sh up failed"
+  # shellcheck disable=SC1090
+  source "$env"
+  forward_to "${LATCHKEY_K8S_ENDPOINT%:*}" "${LATCHKEY_K8S_ENDPOINT#*:}" \
+    "${LATCHKEY_K8S_ENDPOINT%:*}" "${LATCHKEY_K8S_ENDPOINT#*:}" "$P2_NETNS"
+}
+
+k8s_down() {
+  LATCHKEY_CP_DIR=$RUN_DIR/cp LATCHKEY_CP_NETNS=$P2_NETNS "$REPO/scripts/controlplane.sh" down >/dev/null 2>&1
+}
+
 # verifier_init: config, master secret and serving key under
 # $RUN_DIR/verifier; sets VERIFIER_PORT, VERIFIER_CONFIG, VERIFIER_PIN.
+# In kubeadm mode the verifier runs in the control plane's namespace.
 verifier_init() {
   local dir=$RUN_DIR/verifier
   mkdir -p "$dir/state" && chmod 700 "$dir"
@@ -93,17 +129,24 @@ masterSecretFile: $dir/master.secret
 clusterSalt: latchkey-e2e-vm
 adminSocket: "-"
 EOF
+  if [[ $P2_JOIN == kubeadm ]]; then
+    printf 'kubernetes:\n  kubeconfig: %s\n' "$LATCHKEY_K8S_VERIFIER_KUBECONFIG" >>"$VERIFIER_CONFIG"
+    VERIFIER_NS=$P2_NETNS
+  fi
   VERIFIER_PIN=$("$P2_BIN/latchkey-verifier" pin --config "$VERIFIER_CONFIG") || die "latchkey-verifier pin failed"
   VERIFIER_LOG=$dir/verifier.log
   : >"$VERIFIER_LOG"
-  forward_port "$VERIFIER_PORT"
+  forward_port "$VERIFIER_PORT" "$VERIFIER_NS"
 }
 
+VERIFIER_NS=''
 verifier_start() {
-  "$P2_BIN/latchkey-verifier" serve --config "$VERIFIER_CONFIG" >>"$VERIFIER_LOG" 2>&1 &
+  local pre=()
+  [[ -n $VERIFIER_NS ]] && pre=(ip netns exec "$VERIFIER_NS")
+  "${pre[@]}" "$P2_BIN/latchkey-verifier" serve --config "$VERIFIER_CONFIG" >>"$VERIFIER_LOG" 2>&1 &
   VERIFIER_PID=$!
   track "$VERIFIER_PID"
-  wait_listen "$VERIFIER_PORT" 20 || die "verifier did not start (see $VERIFIER_LOG)"
+  wait_listen "$VERIFIER_PORT" 20 "$VERIFIER_NS" || die "verifier did not start (see $VERIFIER_LOG)"
 }
 
 verifier_stop() { stop_pid "$VERIFIER_PID"; }
@@ -151,7 +194,24 @@ disk_uuid() { serial_value 'disk uuid '; }
 agent_ms() { serial_value 'agent ready in ' | awk '{print $1}'; }
 host_luks_uuid() { cryptsetup luksUUID "$RUN_DIR/$1/state.img" 2>/dev/null || echo none; }
 not_formatted() { ! serial_has 'LUKS2 header written'; }
-no_join_line() { ! serial_has 'running kubeadm join|kubeadm join --config'; }
+no_join_line() { ! serial_has 'running kubeadm join'; }
+joined() { serial_has 'E2E: kubeadm join --dry-run succeeded'; }
+
+# check_join WANT: the join assertions of one boot. WANT is "join" (the
+# agent ran kubeadm with a freshly minted token) or "skip" (a rejoin that
+# found kubelet credentials on the state disk: no token, no kubeadm).
+check_join() {
+  case $P2_JOIN:$1 in
+    disabled:*) check "join skipped as configured" serial_has 'kubernetes join disabled; boot complete' ;;
+    kubeadm:join)
+      check "kubeadm join --dry-run ran" joined
+      check "audit: a token was minted" audit_has 'result=accepted' 'token_id=' ;;
+    kubeadm:skip)
+      check "no second join" no_join_line
+      check "agent found kubelet credentials" serial_has 'node holds kubelet credentials; skipping kubeadm join'
+      check "audit: no token minted" test "$(audit_count 'token_id=')" -eq 0 ;;
+  esac
+}
 
 # boot_note: the agent's share of the boot, for the results table.
 boot_note() { local ms; ms=$(agent_ms); [[ -n $ms ]] && echo "agent start to READY ${ms} ms"; }
@@ -160,6 +220,7 @@ boot_note() { local ms; ms=$(agent_ms); [[ -n $ms ]] && echo "agent start to REA
 
 run_phase2() {
   build_phase2_image
+  if [[ $P2_JOIN == kubeadm ]]; then k8s_up; fi
   verifier_init
   BOOT_CMDLINE="latchkey.verifier=$GUEST_HOST_IP:$VERIFIER_PORT latchkey.pin=$VERIFIER_PIN"
   node_create n1
@@ -202,9 +263,7 @@ p2_first_boot() {
   check "audit: accepted first join" audit_has 'result=accepted' "rejoin=false.*disk_uuid=$N1_UUID|disk_uuid=$N1_UUID.*rejoin=false"
   check "audit: exactly one join" test "$(audit_count .)" -eq 1
   check "host sees LUKS2 uuid" test "$(host_luks_uuid n1)" == "${N1_UUID:-x}"
-  if [[ $P2_JOIN == disabled ]]; then
-    check "join skipped as configured" serial_has 'kubernetes join disabled; boot complete'
-  fi
+  check_join join
   step_done "first boot: attest, format, open, mount" "$BOOT_SECS" "$(boot_note); join $P2_JOIN"
 }
 
@@ -220,7 +279,7 @@ p2_reboot() {
   check "kubelet started" kubelet_started
   check "audit: rejoin accepted" audit_has 'result=accepted' 'rejoin=true'
   check "no second luksFormat" not_formatted
-  if [[ $P2_JOIN != disabled ]]; then check "no second join" no_join_line; fi
+  check_join skip
   step_done "reboot: rejoin, same key, marker kept" "$BOOT_SECS" "$(boot_note)"
 }
 
@@ -257,6 +316,7 @@ p2_verifier_down() {
   check "no second luksFormat" not_formatted
   check "kubelet started" kubelet_started
   check "audit: rejoin accepted" audit_has 'result=accepted' 'rejoin=true'
+  check_join skip
   step_done "verifier down at boot, back in time" "$BOOT_SECS" "$(boot_note)"
   if ! kill -0 "$VERIFIER_PID" 2>/dev/null; then verifier_start; fi
 }
@@ -289,5 +349,6 @@ p2_crash() {
   check "bind mounts" binds_on_state
   check "marker written" serial_has 'E2E: marker written by boot recover'
   check "audit: rejoin accepted" audit_has 'result=accepted' 'rejoin=true'
+  check_join join
   step_done "crash recovery: finish without reformat" "$BOOT_SECS" "$(boot_note)"
 }

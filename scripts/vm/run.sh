@@ -11,11 +11,16 @@ VM_MEMORY=${LATCHKEY_VM_MEMORY:-1024}
 VM_SMP=${LATCHKEY_VM_SMP:-2}
 VM_BOOT_TIMEOUT=${LATCHKEY_VM_BOOT_TIMEOUT:-300}
 VM_STATE_SIZE=256M
-GUEST_HOST_IP=10.0.2.100 # where the guest sees forwarded host services
+# QEMU's user network lives in TEST-NET-1 (never routed), so the guest can
+# also reach scripts/controlplane.sh's API server at its own address
+# (192.0.2.10) through a guestfwd rule; 192.0.2.100 carries host services.
+VM_NET=192.0.2.0/24
+GUEST_HOST_IP=192.0.2.100
 
 BOOT_CMDLINE='' # kernel arguments added to every boot
 HARNESS_PIDS=()  # every long-running process we started, killed on exit
-FORWARDS=()      # host loopback ports forwarded into every guest
+FORWARDS=()      # "GUEST_IP:PORT|COMMAND": guestfwd rules of every boot
+CLEANUP_HOOKS=() # functions run at exit, after the processes are stopped
 
 track() { HARNESS_PIDS+=("$1"); }
 
@@ -30,9 +35,11 @@ stop_pid() {
 }
 
 cleanup_processes() {
-  local pid
+  local pid hook
   for pid in "${HARNESS_PIDS[@]}"; do stop_pid "$pid"; done
   HARNESS_PIDS=()
+  for hook in "${CLEANUP_HOOKS[@]}"; do "$hook" || true; done
+  CLEANUP_HOOKS=()
 }
 
 now_ms() { date +%s%3N; }
@@ -48,16 +55,27 @@ free_port() {
   die "no free loopback port found"
 }
 
-# forward_port PORT: makes host 127.0.0.1:PORT reachable from every guest
-# booted afterwards as 10.0.2.100:PORT. The cmd: form starts one socat per
-# connection, so every connection works (the plain tcp: form serves only
-# the first connection of a QEMU run).
-forward_port() { FORWARDS+=("$1"); }
+# forward_port PORT [NETNS]: makes 127.0.0.1:PORT of the host (or of
+# network namespace NETNS) reachable from every guest booted afterwards as
+# 192.0.2.100:PORT. The cmd: form starts one socat per connection, so every
+# connection works (the plain tcp: form serves only the first connection
+# of a QEMU run).
+forward_port() { forward_to "$GUEST_HOST_IP" "$1" 127.0.0.1 "$1" "${2:-}"; }
 
-# wait_listen PORT SECONDS: waits for a host service to accept connections.
+# forward_to GUEST_IP GUEST_PORT ADDR PORT [NETNS]: guest connections to
+# GUEST_IP:GUEST_PORT go to ADDR:PORT, seen from NETNS when given.
+forward_to() {
+  local cmd="socat - TCP:$3:$4"
+  [[ -n ${5:-} ]] && cmd="$(command -v ip) netns exec $5 $cmd"
+  FORWARDS+=("$1:$2|$cmd")
+}
+
+# wait_listen PORT SECONDS [NETNS]: waits for a service on 127.0.0.1:PORT
+# (in NETNS when given) to accept connections.
 wait_listen() {
-  local port=$1 deadline=$((SECONDS + $2))
-  until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+  local port=$1 deadline=$((SECONDS + $2)) pre=()
+  [[ -n ${3:-} ]] && pre=(ip netns exec "$3")
+  until "${pre[@]}" bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null; do
     ((SECONDS < deadline)) || return 1
     sleep 0.1
   done
@@ -116,9 +134,10 @@ start_swtpm() {
 
 # qemu_args NODE CMDLINE: prints QEMU's arguments, one per line.
 qemu_args() {
-  local dir=$RUN_DIR/$1 cmdline=$2 net=user,id=n0,restrict=on p
-  for p in "${FORWARDS[@]}"; do
-    net+=",guestfwd=tcp:$GUEST_HOST_IP:$p-cmd:socat - TCP:127.0.0.1:$p"
+  local dir=$RUN_DIR/$1 cmdline=$2 f
+  local net=user,id=n0,restrict=on,net=$VM_NET,host=${VM_NET%.*/*}.2,dns=${VM_NET%.*/*}.3
+  for f in "${FORWARDS[@]}"; do
+    net+=",guestfwd=tcp:${f%%|*}-cmd:${f#*|}"
   done
   printf '%s\n' -nodefaults -display none -no-reboot \
     -machine q35,accel=tcg -cpu max -smp "$VM_SMP" -m "$VM_MEMORY" \
