@@ -73,6 +73,8 @@ func (l *lockedBuffer) String() string {
 type rigOpts struct {
 	// ekRoots replaces the simulator's EK CA roots in the policy.
 	ekRoots []string
+	// metricsListen serves /metrics there.
+	metricsListen string
 }
 
 func newRig(t testing.TB, o rigOpts) *rig {
@@ -92,7 +94,7 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	rand.Read(secret)
 	os.WriteFile(filepath.Join(dir, "master"), secret, 0o600)
 	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
-		ClusterSalt: "test-cluster", StateDir: filepath.Join(dir, "state"), AdminSocket: "-"}
+		ClusterSalt: "test-cluster", StateDir: filepath.Join(dir, "state"), AdminSocket: "-", MetricsListen: o.metricsListen}
 	return startRig(t, sim, cfg)
 }
 
@@ -260,13 +262,20 @@ func TestTPMJoinEndToEnd(t *testing.T) {
 // token Secret was written and the audit line names the reason.
 func (r *rig) refusedWith(t *testing.T, iss attest.Issuer, req ticket.Request, want latchkeyv1.Reason) {
 	t.Helper()
+	r.refusedWithTokens(t, iss, req, want, 0)
+}
+
+// refusedWithTokens is refusedWith on a rig that already holds tokens
+// token Secrets from earlier joins.
+func (r *rig) refusedWithTokens(t *testing.T, iss attest.Issuer, req ticket.Request, want latchkeyv1.Reason, tokens int) {
+	t.Helper()
 	_, err := r.agentOnce(t, iss).Get(context.Background(), req)
 	var re *ticket.RefusedError
 	if !errors.As(err, &re) || re.Reason != want {
 		t.Fatalf("err = %v, want refusal %v", err, want)
 	}
-	if n := len(r.tokenSecrets(t)); n != 0 {
-		t.Fatalf("%d token secrets written for a refused join", n)
+	if n := len(r.tokenSecrets(t)); n != tokens {
+		t.Fatalf("%d token secrets after a refused join, want %d", n, tokens)
 	}
 	if !strings.Contains(r.logs.String(), "result=refused reason="+want.String()) {
 		t.Fatalf("audit log lacks the refusal:\n%s", r.logs)
