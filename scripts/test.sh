@@ -63,7 +63,7 @@ tier "go test ./... (unit, swtpm, cryptsetup)" unit_and_integration
 if ! $quick; then
   tier "systemd units and image kit" scripts/check-units.sh
   tier "kubernetes control plane" scripts/test-k8s.sh
-  tier "qemu guest boots" scripts/e2e-vm.sh
+  tier "qemu guest boots (kubeadm join --dry-run in the guest)" env LATCHKEY_E2E_JOIN=kubeadm scripts/e2e-vm.sh --phase2
 fi
 
 printf '\n\033[1m== summary\033[0m\n'

@@ -213,8 +213,14 @@ check_join() {
   esac
 }
 
-# boot_note: the agent's share of the boot, for the results table.
-boot_note() { local ms; ms=$(agent_ms); [[ -n $ms ]] && echo "agent start to READY ${ms} ms"; }
+# boot_note: the agent's share of the boot, for the results table: from
+# its start to READY (state disk open), and to its exit (join done).
+boot_note() {
+  local ready finished
+  ready=$(agent_ms)
+  finished=$(serial_value 'agent finished in ' | awk '{print $1}')
+  [[ -n $ready ]] && echo "agent: READY ${ready} ms, done ${finished:-?} ms"
+}
 
 # ---------------------------------------------------------------- scenario
 
@@ -232,6 +238,18 @@ run_phase2() {
   p2_verifier_down
   p2_crash
   verifier_stop
+  if [[ $P2_JOIN == kubeadm ]]; then p2_no_secrets; fi
+}
+
+# p2_no_secrets: no bootstrap token secret ("<id>.<secret>") was printed
+# on any guest console (the agent streams kubeadm's output to the
+# journal) or in the verifier's log.
+p2_no_secrets() {
+  local n
+  n=$(cat "$RUN_DIR"/n*/serial-*.log "$VERIFIER_LOG" | tr -d '\r' |
+    grep -cE '\b[a-z0-9]{6}\.[a-z0-9]{16}\b' || true)
+  check "no bootstrap token in any log" test "$n" -eq 0
+  step_done "no token secret in any log" - "$n match(es) in consoles + verifier log"
 }
 
 p2_golden() {
