@@ -46,10 +46,10 @@ type Verifier struct {
 	grpc   *grpc.Server
 	health *health.Server
 	// Minter is the token step in use (nil in disk-only mode).
-	Minter  token.Minter
-	kube    kubernetes.Interface
-	metrics *metrics.Metrics
-	deps2   policy.Deps
+	Minter     token.Minter
+	kube       kubernetes.Interface
+	metrics    *metrics.Metrics
+	policyDeps policy.Deps
 }
 
 // New loads everything serve needs and fails before listening if anything
@@ -103,8 +103,8 @@ func (v *Verifier) loadPolicy() error {
 	if err != nil {
 		return err
 	}
-	v.deps2 = policy.Deps{SNPCollateral: coll}
-	v.store, err = policy.NewStore(policy.StoreConfig{Path: v.cfg.Policy, Deps: v.deps2,
+	v.policyDeps = policy.Deps{SNPCollateral: coll}
+	v.store, err = policy.NewStore(policy.StoreConfig{Path: v.cfg.Policy, Deps: v.policyDeps,
 		Logger: v.deps.Logger, OnReload: v.onReload})
 	if err != nil {
 		return err
@@ -243,7 +243,7 @@ func (v *Verifier) serveAdmin() func() {
 	if v.cfg.AdminSocket == "-" {
 		return func() {}
 	}
-	acfg := localapi.Config{Policies: policyChecker{v.deps2}, Logger: v.deps.Logger}
+	acfg := localapi.Config{Policies: policyChecker{v.policyDeps}, Logger: v.deps.Logger}
 	if v.kube != nil {
 		acfg.Tokens = tokenAdmin{client: v.kube, minter: v.Minter}
 	}
