@@ -19,7 +19,7 @@ import (
 	"os"
 	"time"
 
-	"sigs.k8s.io/yaml"
+	"github.com/latchkey/latchkey/internal/strictyaml"
 
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/internal/duration"
@@ -125,7 +125,7 @@ func LoadFile(path string, explicit bool) (*Config, error) {
 	if len(data) > maxFileSize {
 		return nil, fmt.Errorf("config %s is larger than %d bytes", path, maxFileSize)
 	}
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+	if err := strictyaml.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return &c, nil

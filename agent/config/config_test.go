@@ -68,3 +68,18 @@ func TestEnumsValidated(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestCaseVariantAndDuplicateKeysRefused(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"case variant", "verifiers: [a:1]\nVerifiers: [b:1]\n", `unknown field "Verifiers"`},
+		{"duplicate", "verifiers: [a:1]\nverifiers: [b:1]\n", `key "verifiers" already set in map`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "agent.yaml")
+			os.WriteFile(path, []byte(tc.yaml), 0o600)
+			if _, err := LoadFile(path, true); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"sigs.k8s.io/yaml"
+	"github.com/latchkey/latchkey/internal/strictyaml"
 
 	"github.com/latchkey/latchkey/internal/duration"
 	"github.com/latchkey/latchkey/internal/localapi"
@@ -86,7 +86,7 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
 	var c Config
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+	if err := strictyaml.Unmarshal(data, &c); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	return &c, nil

@@ -27,7 +27,7 @@ import (
 	"io"
 	"os"
 
-	"sigs.k8s.io/yaml"
+	"github.com/latchkey/latchkey/internal/strictyaml"
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/snp"
@@ -79,7 +79,7 @@ type Source interface {
 // no enabled variant are errors.
 func Parse(data []byte) (*Policy, error) {
 	var p Policy
-	if err := yaml.UnmarshalStrict(data, &p); err != nil {
+	if err := strictyaml.Unmarshal(data, &p); err != nil {
 		return nil, fmt.Errorf("parse policy: %w", err)
 	}
 	if p.APIVersion != APIVersion {

@@ -37,13 +37,15 @@ func TestLoadGood(t *testing.T) {
 
 func TestLoadRefusals(t *testing.T) {
 	cases := map[string]struct{ policy, want string }{
-		"unknown field":     {tpmPolicy(digestA) + "  pcr: {}\n", `unknown field "pcr"`},
-		"unknown top field": {tpmPolicy(digestA) + "tdx: {}\n", `unknown field "tdx"`},
-		"bad digest":        {tpmPolicy("abcd"), `pcrs[7]: "abcd" is not a sha-256 digest`},
-		"wrong version":     {strings.Replace(tpmPolicy(digestA), "latchkey/v1", "latchkey/v2", 1), `apiVersion "latchkey/v2"`},
-		"no variant":        {"apiVersion: latchkey/v1\n", "enables no evidence variant"},
-		"scalar not a list": {strings.Replace(tpmPolicy(digestA), "["+digestA+"]", digestA, 1), "cannot unmarshal"},
-		"not yaml":          {"\x00\x01{{{", "parse policy"},
+		"unknown field":        {tpmPolicy(digestA) + "  pcr: {}\n", `unknown field "tpm.pcr"`},
+		"unknown top field":    {tpmPolicy(digestA) + "tdx: {}\n", `unknown field "tdx"`},
+		"bad digest":           {tpmPolicy("abcd"), `pcrs[7]: "abcd" is not a sha-256 digest`},
+		"wrong version":        {strings.Replace(tpmPolicy(digestA), "latchkey/v1", "latchkey/v2", 1), `apiVersion "latchkey/v2"`},
+		"no variant":           {"apiVersion: latchkey/v1\n", "enables no evidence variant"},
+		"scalar not a list":    {strings.Replace(tpmPolicy(digestA), "["+digestA+"]", digestA, 1), `key "tpm.pcrs": want a list, got string`},
+		"not yaml":             {"\x00\x01{{{", "parse policy"},
+		"case-variant section": {tpmPolicy(digestA) + "TPM: {}\n", `unknown field "TPM"`},
+		"duplicate section":    {tpmPolicy(digestA) + "tpm: {}\n", `key "tpm" already set in map`},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
