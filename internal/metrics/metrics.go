@@ -56,6 +56,7 @@ type Metrics struct {
 	revoked    *prometheus.CounterVec
 	reloads    *prometheus.CounterVec
 	policy     *prometheus.GaugeVec
+	secret     *prometheus.GaugeVec
 }
 
 // New creates the metrics, with the Go runtime and process collectors
@@ -88,8 +89,12 @@ func New() *Metrics {
 			Namespace: namespace, Name: "policy_info",
 			Help: "Always 1; the digest label is the sha256 of the policy in force.",
 		}, []string{"digest"}),
+		secret: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "master_secret_info",
+			Help: "Always 1; the key_id label names the master secret and cluster salt in force (replicas that agree derive the same disk keys).",
+		}, []string{"key_id"}),
 	}
-	m.reg.MustRegister(m.joins, m.validation, m.minted, m.revoked, m.reloads, m.policy,
+	m.reg.MustRegister(m.joins, m.validation, m.minted, m.revoked, m.reloads, m.policy, m.secret,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.initSeries()
@@ -169,6 +174,16 @@ func (m *Metrics) PolicyLoaded(digest string) {
 	m.reloads.WithLabelValues("ok").Inc()
 	m.policy.Reset()
 	m.policy.WithLabelValues(digest).Set(1)
+}
+
+// MasterSecretLoaded records the key ID ("kid-<hex>") of the master secret
+// in force. The ID is not secret.
+func (m *Metrics) MasterSecretLoaded(keyID string) {
+	if m == nil {
+		return
+	}
+	m.secret.Reset()
+	m.secret.WithLabelValues(keyID).Set(1)
 }
 
 // PolicyReloadFailed records a reload that failed; the previous policy

@@ -88,15 +88,33 @@ func (v *Verifier) loadKube() error {
 	return err
 }
 
-func (v *Verifier) loadKeys() error {
-	master, err := keys.LoadMasterSecret(v.cfg.MasterSecretFile)
+// Deriver loads cfg's master secret and returns the deriver the verifier
+// serves with (also for offline commands: secret id, recover-key).
+func Deriver(cfg *Config) (*keys.Deriver, error) {
+	master, err := keys.LoadMasterSecret(cfg.MasterSecretFile)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer clear(master)
-	v.keys, err = keys.NewDeriver(master, []byte(v.cfg.ClusterSalt))
-	return err
+	return keys.NewDeriver(master, []byte(cfg.ClusterSalt))
 }
+
+func (v *Verifier) loadKeys() error {
+	var err error
+	if v.keys, err = Deriver(v.cfg); err != nil {
+		return err
+	}
+	if v.keys.SecretLooksLikeText() {
+		v.deps.Logger.Warn("the master secret is text ending in a newline; the newline is part of the secret " +
+			"(disk keys depend on every byte), so copy the file byte for byte to every replica and compare key_id")
+	}
+	v.metrics.MasterSecretLoaded(v.keys.KeyID())
+	v.deps.Logger.Info("master secret loaded", logKeyID, v.keys.KeyID())
+	return nil
+}
+
+// logKeyID is the log key of the master secret's non-secret key ID.
+const logKeyID = "key_id"
 
 func (v *Verifier) loadPolicy() error {
 	coll, err := NewCollateral(v.cfg, v.kube, v.deps.Logger)

@@ -45,6 +45,7 @@ func ValidUUID(s string) bool { return uuidRE.MatchString(s) }
 type Deriver struct {
 	master []byte
 	salt   []byte
+	text   bool
 }
 
 // NewDeriver copies master and salt. The salt is the cluster's public,
@@ -57,8 +58,12 @@ func NewDeriver(master, salt []byte) (*Deriver, error) {
 	if len(salt) == 0 {
 		return nil, errors.New("cluster salt is empty")
 	}
-	return &Deriver{master: clone(master), salt: clone(salt)}, nil
+	return &Deriver{master: clone(master), salt: clone(salt), text: LooksLikeText(master)}, nil
 }
+
+// SecretLooksLikeText reports whether the master secret is printable text
+// ending in a newline (see LooksLikeText), for a warning at start.
+func (d *Deriver) SecretLooksLikeText() bool { return d.text }
 
 // DiskKey returns the key of the disk with this canonical UUID.
 func (d *Deriver) DiskKey(diskUUID string) ([]byte, error) {
@@ -73,14 +78,20 @@ func (d *Deriver) Close() { clear(d.master) }
 
 // LoadMasterSecret reads the master secret from path, or, when path is
 // empty, from the systemd credential directory ($CREDENTIALS_DIRECTORY).
-// Surrounding whitespace is kept: the secret is raw bytes, not text.
+// Surrounding whitespace is kept: the secret is raw bytes, not text. A
+// file readable by group or others, or shorter than MinMasterSecretSize,
+// is refused with the command that fixes it.
 func LoadMasterSecret(path string) ([]byte, error) {
 	if path == "" {
 		dir := os.Getenv("CREDENTIALS_DIRECTORY")
 		if dir == "" {
-			return nil, errors.New("no master secret file configured and $CREDENTIALS_DIRECTORY is not set")
+			return nil, errors.New("no master secret file configured and $CREDENTIALS_DIRECTORY is not set " +
+				"(set masterSecretFile:, or create one with `latchkey-verifier secret init FILE`)")
 		}
 		path = filepath.Join(dir, CredentialName)
+	}
+	if err := checkSecretFile(path); err != nil {
+		return nil, err
 	}
 	b, err := readBounded(path, MaxMasterSecretSize)
 	if err != nil {
@@ -88,7 +99,8 @@ func LoadMasterSecret(path string) ([]byte, error) {
 	}
 	if len(b) < MinMasterSecretSize {
 		clear(b)
-		return nil, fmt.Errorf("master secret %s is %d bytes, want at least %d", path, len(b), MinMasterSecretSize)
+		return nil, fmt.Errorf("master secret %s is %d bytes, want at least %d (a new cluster makes one with `latchkey-verifier secret init FILE`)",
+			path, len(b), MinMasterSecretSize)
 	}
 	return b, nil
 }

@@ -6,6 +6,8 @@
 //	latchkey-verifier policy check FILE          validate a policy file
 //	latchkey-verifier tokens list|revoke ID      tokens minted (admin API)
 //	latchkey-verifier collateral fetch ...       fill the SNP collateral cache from AMD KDS
+//	latchkey-verifier secret init FILE | id      create a master secret, print its key ID
+//	latchkey-verifier recover-key --disk-uuid U --out FILE   break-glass: one disk's key, offline
 package main
 
 import (
@@ -49,6 +51,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return tokensCmd(args[1:], stdout, stderr)
 	case "collateral":
 		return collateralCmd(args[1:], stdout, stderr)
+	case "secret":
+		return secretCmd(args[1:], stdout, stderr)
+	case "recover-key":
+		return recoverKeyCmd(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "latchkey-verifier: unknown command %q\n", args[0])
 		return 2

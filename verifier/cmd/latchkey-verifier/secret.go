@@ -1,0 +1,149 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/latchkey/latchkey/verifier/app"
+	"github.com/latchkey/latchkey/verifier/keys"
+)
+
+// secretCmd manages the master secret: `secret init FILE` creates one,
+// `secret id` prints the key ID of the configured one (the same ID the
+// running verifier logs and exports), so replicas can be compared without
+// showing the secret.
+func secretCmd(args []string, stdout, stderr io.Writer) int {
+	const usage = "usage: latchkey-verifier secret init FILE | secret id [--config FILE] [--master-secret-file FILE] [--cluster-salt S]"
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "init":
+		if len(args) != 2 {
+			fmt.Fprintln(stderr, usage)
+			return 2
+		}
+		if err := keys.InitMasterSecret(args[1]); err != nil {
+			fmt.Fprintln(stderr, "latchkey-verifier secret init:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "created master secret %s (%d random bytes, mode 0600); keep a copy offline: without it no disk can be opened\n",
+			args[1], keys.MinMasterSecretSize)
+		return 0
+	case "id":
+		d, code := deriverFromFlags("latchkey-verifier secret id", args[1:], stderr)
+		if d == nil {
+			return code
+		}
+		defer d.Close()
+		fmt.Fprintln(stdout, d.KeyID())
+		return 0
+	}
+	fmt.Fprintln(stderr, usage)
+	return 2
+}
+
+// recoverKeyCmd is break-glass recovery: it derives one disk's key offline
+// from the master secret, with no attestation, for an operator restoring
+// that disk's data. The key goes only to a new file (0600) or to a pipe,
+// never to a terminal or a log.
+func recoverKeyCmd(args []string, stdout, stderr io.Writer) int {
+	const name = "latchkey-verifier recover-key"
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serveFlags
+	f.register(fs)
+	uuid := fs.String("disk-uuid", "", "the LUKS UUID of the disk (cryptsetup luksUUID DEVICE)")
+	out := fs.String("out", "", "new file to write the 32-byte key to (mode 0600), or - for a pipe on stdout")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if !keys.ValidUUID(*uuid) || *out == "" || fs.NArg() != 0 {
+		fmt.Fprintln(stderr, "usage: latchkey-verifier recover-key --disk-uuid UUID --out FILE|- [--config FILE]"+
+			" (the UUID in canonical lower-case form)")
+		return 2
+	}
+	if *out == "-" && isTerminal(stdout) {
+		fmt.Fprintln(stderr, name+": refusing to write a disk key to a terminal; use --out FILE or a pipe")
+		return 2
+	}
+	d, code := deriverFromConfig(name, &f, stderr)
+	if d == nil {
+		return code
+	}
+	defer d.Close()
+	key, err := d.DiskKey(*uuid)
+	if err != nil {
+		fmt.Fprintln(stderr, name+":", err)
+		return 2
+	}
+	defer clear(key)
+	if err := writeKey(*out, key, stdout); err != nil {
+		fmt.Fprintln(stderr, name+":", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "%s: derived the key of disk %s under %s to %s\n", name, *uuid, d.KeyID(), *out)
+	return 0
+}
+
+func deriverFromFlags(name string, args []string, stderr io.Writer) (*keys.Deriver, int) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serveFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, 2
+	}
+	return deriverFromConfig(name, &f, stderr)
+}
+
+// deriverFromConfig reads the master secret and salt the verifier would
+// serve with (config file, then flags).
+func deriverFromConfig(name string, f *serveFlags, stderr io.Writer) (*keys.Deriver, int) {
+	cfg, err := f.loadFile()
+	if err != nil {
+		fmt.Fprintln(stderr, name+":", err)
+		return nil, 2
+	}
+	if cfg.ClusterSalt == "" {
+		fmt.Fprintln(stderr, name+": no cluster salt configured (clusterSalt: or --cluster-salt)")
+		return nil, 2
+	}
+	d, err := app.Deriver(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, name+":", err)
+		return nil, 2
+	}
+	return d, 0
+}
+
+func writeKey(out string, key []byte, stdout io.Writer) error {
+	if out == "-" {
+		_, err := stdout.Write(key)
+		return err
+	}
+	file, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create key file (it must not exist yet): %w", err)
+	}
+	if _, err := file.Write(key); err != nil {
+		file.Close()
+		return errors.Join(err, os.Remove(out))
+	}
+	return file.Close()
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
