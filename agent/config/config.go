@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/strictyaml"
@@ -145,7 +146,10 @@ func (c *Config) Validate() error {
 	if len(c.VerifierPins) == 0 && !c.InsecureSkipVerifierAuth {
 		return errors.New("no verifier pin configured (verifierPins:, latchkey.pin= or --pin); --insecure-skip-verifier-auth accepts any verifier")
 	}
-	return c.validateEnums()
+	if err := c.validateEnums(); err != nil {
+		return err
+	}
+	return c.validateLocal()
 }
 
 func (c *Config) defaults() error {
@@ -154,7 +158,9 @@ func (c *Config) defaults() error {
 		if err != nil {
 			return fmt.Errorf("node name: %w", err)
 		}
-		c.NodeName = h
+		// kubelet and kubeadm lower-case the host name for the node
+		// name; do the same, so an upper-case host name is the same node.
+		c.NodeName = strings.ToLower(h)
 	}
 	setDefault(&c.Role, "worker")
 	setDefault(&c.Variant, "auto")

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -37,6 +38,12 @@ type Deps struct {
 	Ready func()
 }
 
+// ErrConfig marks a failure of New that only the operator can fix (a
+// missing or unreadable master secret, an invalid policy, an invalid
+// configuration): the program exits 2, which the unit's
+// RestartPreventExitStatus= covers, instead of being restarted every 5 s.
+var ErrConfig = errors.New("bad configuration")
+
 // Verifier is an assembled, not yet serving verifier.
 type Verifier struct {
 	cfg    *Config
@@ -56,7 +63,7 @@ type Verifier struct {
 // is wrong.
 func New(cfg *Config, deps Deps) (*Verifier, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
@@ -66,11 +73,17 @@ func New(cfg *Config, deps Deps) (*Verifier, error) {
 		v.metrics = metrics.New()
 	}
 	if err := v.loadKeys(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	for _, step := range []func() error{v.loadKube, v.loadPolicy, v.buildServer} {
-		if err := step(); err != nil {
+	for _, step := range []struct {
+		run    func() error
+		config bool // a failure is the operator's to fix: restarting cannot help
+	}{{v.loadKube, false}, {v.loadPolicy, true}, {v.buildServer, false}} {
+		if err := step.run(); err != nil {
 			v.keys.Close()
+			if step.config {
+				err = fmt.Errorf("%w: %w", ErrConfig, err)
+			}
 			return nil, err
 		}
 	}

@@ -25,8 +25,10 @@ import (
 	bootpkg "github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
 	"github.com/latchkey/latchkey/agent/exitcode"
+	"github.com/latchkey/latchkey/internal/cli"
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/sdnotify"
+	"github.com/latchkey/latchkey/internal/version"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 )
 
@@ -35,6 +37,10 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if cli.IsVersion(args) {
+		fmt.Fprintln(stdout, version.String("latchkey-agent"))
+		return exitcode.OK
+	}
 	cmd := "run"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
@@ -125,7 +131,7 @@ func (f *flags) apply(c *config.Config) {
 	override(&c.Disk.Mode, f.diskMode)
 	override(&c.Disk.Device, f.diskDevice)
 	override(&c.Disk.UUID, f.diskUUID)
-	if f.timeout > 0 {
+	if f.timeout != 0 { // a negative value is refused by Validate
 		c.Timeout.Duration = f.timeout
 	}
 }
@@ -141,7 +147,11 @@ func runBoot(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f flags
 	f.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if code, ok := cli.Parse(fs, args); !ok {
+		return code
+	}
+	if err := cli.CheckLogLevel(f.logLevel); err != nil {
+		fmt.Fprintln(stderr, "latchkey-agent:", err)
 		return exitcode.BadConfig
 	}
 	log := sdnotify.NewLogger(f.logLevel)
@@ -231,8 +241,8 @@ func runMeasure(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f flags
 	f.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return exitcode.BadConfig
+	if code, ok := cli.Parse(fs, args); !ok {
+		return code
 	}
 	cfg, err := f.load(fs)
 	if err != nil {
@@ -250,8 +260,8 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("latchkey-agent status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	socket := fs.String("socket", localapi.AgentSocket, "the agent's status socket")
-	if err := fs.Parse(args); err != nil {
-		return exitcode.BadConfig
+	if code, ok := cli.Parse(fs, args); !ok {
+		return code
 	}
 	conn, err := localapi.Dial(*socket)
 	if err != nil {

@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,21 +24,45 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/attest/snp"
+	"github.com/latchkey/latchkey/internal/cli"
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/sdnotify"
+	"github.com/latchkey/latchkey/internal/version"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/servingcert"
 )
 
+// usageText is what --help prints.
+const usageText = `usage: latchkey-verifier COMMAND [flags]
+
+  serve [--config FILE]                      serve joins (the unit's command)
+  pin [--config FILE]                        print the serving SPKI pin agents need
+  policy check FILE                          validate a policy file locally
+  tokens list | revoke ID                    bootstrap tokens (admin socket)
+  collateral fetch --chip-id HEX --tcb N     fill the SNP collateral cache from AMD KDS
+  secret init FILE | secret id               create a master secret, print its key ID
+  recover-key --disk-uuid U --out FILE|-     break-glass: one disk's key, offline
+  --version                                  print the version
+
+"latchkey-verifier COMMAND --help" lists a command's flags.`
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if cli.IsVersion(args) {
+		fmt.Fprintln(stdout, version.String("latchkey-verifier"))
+		return 0
+	}
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprintln(stdout, usageText)
+		return 0
+	}
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: latchkey-verifier serve|pin|policy check FILE")
+		fmt.Fprintln(stderr, usageText)
 		return 2
 	}
 	switch args[0] {
@@ -119,7 +144,11 @@ func serve(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f serveFlags
 	f.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if code, ok := cli.Parse(fs, args); !ok {
+		return code
+	}
+	if err := cli.CheckLogLevel(f.logLevel); err != nil {
+		fmt.Fprintln(stderr, "latchkey-verifier serve:", err)
 		return 2
 	}
 	log := sdnotify.NewLogger(f.logLevel)
@@ -137,6 +166,10 @@ func serve(args []string, stderr io.Writer) int {
 	defer stop()
 	notify := sdnotify.New(sdnotify.Config{Logger: log})
 	v, err := app.New(cfg, app.Deps{Logger: log, Listener: lis, Ready: func() { _ = notify.Ready() }})
+	if errors.Is(err, app.ErrConfig) {
+		log.Error("cannot start", "error", err.Error())
+		return 2
+	}
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())
 		return 1
@@ -170,8 +203,8 @@ func pin(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var f serveFlags
 	f.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := cli.Parse(fs, args); !ok {
+		return code
 	}
 	cfg, err := f.loadFile()
 	if err != nil {

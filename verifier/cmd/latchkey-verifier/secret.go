@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/latchkey/latchkey/internal/cli"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/keys"
 )
@@ -61,8 +62,8 @@ func recoverKeyCmd(args []string, stdout, stderr io.Writer) int {
 	f.register(fs)
 	uuid := fs.String("disk-uuid", "", "the LUKS UUID of the disk (cryptsetup luksUUID DEVICE)")
 	out := fs.String("out", "", "new file to write the 32-byte key to (mode 0600), or - for a pipe on stdout")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := cli.Parse(fs, args); !ok {
+		return code
 	}
 	if !keys.ValidUUID(*uuid) || *out == "" || fs.NArg() != 0 {
 		fmt.Fprintln(stderr, "usage: latchkey-verifier recover-key --disk-uuid UUID --out FILE|- [--config FILE]"+
@@ -97,8 +98,8 @@ func deriverFromFlags(name string, args []string, stderr io.Writer) (*keys.Deriv
 	fs.SetOutput(stderr)
 	var f serveFlags
 	f.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return nil, 2
+	if code, ok := cli.Parse(fs, args); !ok {
+		return nil, code
 	}
 	return deriverFromConfig(name, &f, stderr)
 }

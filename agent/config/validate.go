@@ -1,0 +1,95 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// DefaultVerifierPort is the port of a verifier address given without one
+// (the verifier's default listen address is :7443).
+const DefaultVerifierPort = "7443"
+
+// dns1123Subdomain is Kubernetes' rule for object names, and so for node
+// names: lower-case alphanumerics, '-' and '.', at most 253 characters,
+// each dot-separated label starting and ending alphanumeric.
+var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+var canonicalUUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// validateLocal refuses, before any network, what the verifier would
+// refuse anyway or what would only show as a retry loop: each message
+// says which setting to fix. It normalises verifier addresses (adds the
+// default port).
+func (c *Config) validateLocal() error {
+	for i, v := range c.Verifiers {
+		addr, err := normaliseVerifier(v)
+		if err != nil {
+			return err
+		}
+		c.Verifiers[i] = addr
+	}
+	if err := validNodeName(c.NodeName); err != nil {
+		return err
+	}
+	if c.Timeout.Duration < 0 {
+		return fmt.Errorf("timeout %s is negative: give a positive duration such as 10m (timeout:, --timeout)", c.Timeout.Duration)
+	}
+	if c.Disk.WaitTimeout.Duration < 0 {
+		return fmt.Errorf("disk.waitTimeout %s is negative", c.Disk.WaitTimeout.Duration)
+	}
+	return c.validateDiskUUID()
+}
+
+// normaliseVerifier accepts host:port, [v6]:port, or a host alone (the
+// default port is added); a URL is refused, since the agent speaks gRPC
+// over its own attested TLS, not HTTPS.
+func normaliseVerifier(v string) (string, error) {
+	if strings.Contains(v, "://") {
+		return "", fmt.Errorf("verifier %q: give host:port without a scheme (e.g. %q)", v, stripScheme(v))
+	}
+	if strings.ContainsAny(v, "/ ") || v == "" {
+		return "", fmt.Errorf("verifier %q: want host:port", v)
+	}
+	host, port, err := net.SplitHostPort(v)
+	if err != nil {
+		if strings.Count(v, ":") > 1 && !strings.HasPrefix(v, "[") {
+			return "", fmt.Errorf("verifier %q: write an IPv6 address as [addr]:port", v)
+		}
+		host, port = strings.Trim(v, "[]"), DefaultVerifierPort
+	}
+	if host == "" {
+		return "", fmt.Errorf("verifier %q: no host", v)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("verifier %q: port %q is not a number from 1 to 65535", v, port)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+func stripScheme(v string) string {
+	_, rest, _ := strings.Cut(v, "://")
+	rest, _, _ = strings.Cut(rest, "/")
+	return rest
+}
+
+func validNodeName(n string) error {
+	if len(n) > 253 || !dns1123Subdomain.MatchString(n) {
+		return fmt.Errorf("node name %q is not a valid Kubernetes node name (lower-case letters, digits, '-' and '.'; "+
+			"at most 253 characters): set nodeName: or --node-name", n)
+	}
+	return nil
+}
+
+func (c *Config) validateDiskUUID() error {
+	switch {
+	case c.Disk.Mode == "key-only" && c.Disk.UUID == "":
+		return errors.New("disk mode key-only needs the disk's UUID (disk.uuid:, --disk-uuid)")
+	case c.Disk.UUID != "" && !canonicalUUID.MatchString(c.Disk.UUID):
+		return fmt.Errorf("disk uuid %q is not a canonical lower-case UUID (like 3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b)", c.Disk.UUID)
+	}
+	return nil
+}
