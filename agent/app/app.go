@@ -134,6 +134,10 @@ func ExitCode(err error) int {
 		return exitcode.OK
 	case errors.As(err, &refused) && !refused.Transient():
 		return exitcode.RefusedByPolicy
+	case errors.Is(err, ticket.ErrStopped):
+		return exitcode.Stopped
+	case errors.Is(err, atls.ErrPinMismatch):
+		return exitcode.VerifierNotAuthenticated
 	case errors.Is(err, ticket.ErrUnreachable):
 		return exitcode.VerifierUnreachable
 	case errors.As(err, &se) && se.Stage == boot.StageDisk:

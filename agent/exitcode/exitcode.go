@@ -32,7 +32,17 @@ const (
 	// KubeadmFailed: `kubeadm join` failed. systemd restarts the agent; the
 	// disk stays open and the rejoin path skips what is already done.
 	KubeadmFailed = 6
+	// VerifierNotAuthenticated: the verifiers answered, but none showed a
+	// certificate matching a configured pin, so no evidence was sent. Not
+	// restarted: the pin (or the verifier's certificate) must be fixed.
+	VerifierNotAuthenticated = 7
+	// Stopped: the agent was told to stop (SIGTERM) before the boot
+	// finished; nothing failed.
+	Stopped = 8
 )
+
+// Last is the highest code the agent uses.
+const Last = Stopped
 
 // Name returns a short stable name for code, for log lines and the
 // `latchkey-agent status` output.
@@ -52,6 +62,10 @@ func Name(code int) string {
 		return "disk-refused"
 	case KubeadmFailed:
 		return "kubeadm-failed"
+	case VerifierNotAuthenticated:
+		return "verifier-not-authenticated"
+	case Stopped:
+		return "stopped"
 	default:
 		return "unknown"
 	}

@@ -20,7 +20,8 @@ func TestUnitMatchesCodes(t *testing.T) {
 		t.Fatal("latchkey-agent.service has no RestartPreventExitStatus=")
 	}
 	got := strings.Fields(string(m[1]))
-	want := []string{strconv.Itoa(BadConfig), strconv.Itoa(RefusedByPolicy), strconv.Itoa(DiskRefused)}
+	want := []string{strconv.Itoa(BadConfig), strconv.Itoa(RefusedByPolicy), strconv.Itoa(DiskRefused),
+		strconv.Itoa(VerifierNotAuthenticated)}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("RestartPreventExitStatus=%v, want %v", got, want)
 	}
@@ -28,7 +29,7 @@ func TestUnitMatchesCodes(t *testing.T) {
 
 func TestNamesAreDistinct(t *testing.T) {
 	seen := map[string]int{}
-	for code := OK; code <= KubeadmFailed; code++ {
+	for code := OK; code <= Last; code++ {
 		n := Name(code)
 		if n == "unknown" {
 			t.Fatalf("code %d has no name", code)

@@ -2,9 +2,11 @@ package ticket
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -24,8 +26,9 @@ const diskKeySize = 32
 func (c *Client) attempt(ctx context.Context, endpoint string, req Request) (*latchkeyv1.Ticket, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 	defer cancel()
+	tlsCfg, pinErr := recordPinFailure(c.tls)
 	conn, err := grpc.NewClient("passthrough:///"+endpoint,
-		grpc.WithTransportCredentials(credentials.NewTLS(c.tls.Clone())),
+		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 		// A retried stream would run on another session; the evidence is
 		// bound to the first, so retry here instead.
 		grpc.WithDisableRetry(),
@@ -36,14 +39,45 @@ func (c *Client) attempt(ctx context.Context, endpoint string, req Request) (*la
 	}
 	defer conn.Close()
 	stream, err := latchkeyv1.NewJoinServiceClient(conn).Join(ctx, grpc.WaitForReady(false))
-	if err != nil {
-		return nil, fromStatus(err)
+	if err == nil {
+		var t *latchkeyv1.Ticket
+		if t, err = c.exchange(ctx, stream, req); err == nil {
+			return t, nil
+		}
 	}
-	t, err := c.exchange(ctx, stream, req)
-	if err != nil {
-		return nil, fromStatus(err)
+	if perr := pinErr(); perr != nil {
+		// gRPC flattens the handshake error into a status string; the
+		// recorded error keeps its identity (atls.ErrPinMismatch).
+		return nil, fmt.Errorf("%s: %w", endpoint, perr)
 	}
-	return t, nil
+	return nil, fromStatus(err)
+}
+
+// recordPinFailure clones cfg so that a pin check failing inside this
+// attempt's handshake is remembered and can be reported as such, not as
+// an unreachable verifier.
+func recordPinFailure(cfg *tls.Config) (*tls.Config, func() error) {
+	cfg = cfg.Clone()
+	verify := cfg.VerifyConnection
+	if verify == nil {
+		return cfg, func() error { return nil }
+	}
+	var mu sync.Mutex
+	var failed error
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		err := verify(cs)
+		if err != nil {
+			mu.Lock()
+			failed = err
+			mu.Unlock()
+		}
+		return err
+	}
+	return cfg, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return failed
+	}
 }
 
 // exchange makes the bound evidence, sends the Hello, answers challenges

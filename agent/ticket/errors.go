@@ -6,11 +6,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/latchkey/latchkey/attest/atls"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
 // ErrUnreachable means no verifier gave a ticket or a refusal in time.
 var ErrUnreachable = errors.New("no verifier reachable")
+
+// ErrStopped means the agent was told to stop (SIGTERM) before a ticket
+// arrived; it is not a verifier failure.
+var ErrStopped = errors.New("stopped")
 
 // RefusedError is a verifier's refusal with its stable reason.
 type RefusedError struct {
@@ -52,6 +57,9 @@ func reasonString(err error) string {
 	var r *RefusedError
 	if errors.As(err, &r) {
 		return r.Reason.String()
+	}
+	if errors.Is(err, atls.ErrPinMismatch) {
+		return "PIN_MISMATCH"
 	}
 	return "UNREACHABLE"
 }

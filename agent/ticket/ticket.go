@@ -59,6 +59,10 @@ type Config struct {
 	OnAttempt func(endpoint string, attempt int)
 	// OnAttemptFailed is told why an attempt failed; optional.
 	OnAttemptFailed func(err error)
+	// Start picks the endpoint the first attempt goes to, from 0 to n-1
+	// (default: at random, so a fleet spreads over the replicas instead of
+	// all starting at the first one).
+	Start func(n int) int
 }
 
 // Client fetches tickets.
@@ -100,17 +104,21 @@ func fillDefaults(cfg *Config) {
 	if cfg.Sleep == nil {
 		cfg.Sleep = clock.Sleep
 	}
+	if cfg.Start == nil {
+		cfg.Start = rand.N[int]
+	}
 }
 
 // Get returns a ticket, retrying until the total timeout. The error of a
 // final failure wraps the last attempt's error: a *RefusedError when the
 // verifier refused, ErrUnreachable otherwise.
-func (c *Client) Get(ctx context.Context, req Request) (*latchkeyv1.Ticket, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, error) {
+	ctx, cancel := context.WithTimeout(parent, c.cfg.Timeout)
 	defer cancel()
 	var last error
+	start := c.cfg.Start(len(c.cfg.Endpoints))
 	for n := 0; ; n++ {
-		ep := c.cfg.Endpoints[n%len(c.cfg.Endpoints)]
+		ep := c.cfg.Endpoints[(start+n)%len(c.cfg.Endpoints)]
 		if c.cfg.OnAttempt != nil {
 			c.cfg.OnAttempt(ep, n+1)
 		}
@@ -130,6 +138,10 @@ func (c *Client) Get(ctx context.Context, req Request) (*latchkeyv1.Ticket, erro
 		c.cfg.Logger.Warn("join attempt failed", "endpoint", ep, "attempt", n+1,
 			"reason", reasonString(err), "error", err.Error(), "retry_in", wait.Round(time.Millisecond).String())
 		if ctx.Err() != nil || c.cfg.Sleep(ctx, wait) != nil {
+			if parent.Err() != nil {
+				// Stopped (SIGTERM), not timed out: say so.
+				return nil, fmt.Errorf("%w before a ticket arrived (last attempt: %v)", ErrStopped, last)
+			}
 			return nil, giveUp(last, c.cfg.Timeout)
 		}
 	}
@@ -139,7 +151,9 @@ func (c *Client) Get(ctx context.Context, req Request) (*latchkeyv1.Ticket, erro
 // failures, and the slow refusal wait (with a little jitter) otherwise.
 func (c *Client) backoff(n int, err error) time.Duration {
 	var r *RefusedError
-	if errors.As(err, &r) && !r.Transient() {
+	if (errors.As(err, &r) && !r.Transient()) || errors.Is(err, atls.ErrPinMismatch) {
+		// The same evidence (or the same wrong pin) fails again until an
+		// operator changes something: retry slowly.
 		return c.cfg.RefusalBackoff/2 + rand.N(c.cfg.RefusalBackoff/2+1)
 	}
 	ceil := c.cfg.InitialBackoff << min(n, 16)
@@ -151,7 +165,7 @@ func (c *Client) backoff(n int, err error) time.Duration {
 
 func giveUp(last error, timeout time.Duration) error {
 	var r *RefusedError
-	if errors.As(last, &r) && !r.Transient() {
+	if (errors.As(last, &r) && !r.Transient()) || errors.Is(last, atls.ErrPinMismatch) {
 		return fmt.Errorf("gave up after %s: %w", timeout, last)
 	}
 	return fmt.Errorf("%w after %s: %w", ErrUnreachable, timeout, last)

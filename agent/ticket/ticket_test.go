@@ -63,6 +63,7 @@ func TestRotatesEndpointsAndGivesUpUnreachable(t *testing.T) {
 	var seen []string
 	var waits []time.Duration
 	c := newClient(t, Config{Endpoints: []string{a, b}, Timeout: 2 * time.Second, AttemptTimeout: 300 * time.Millisecond,
+		Start:     func(int) int { return 1 },
 		OnAttempt: func(ep string, _ int) { seen = append(seen, ep) },
 		Sleep: func(ctx context.Context, d time.Duration) error {
 			waits = append(waits, d)
@@ -75,8 +76,8 @@ func TestRotatesEndpointsAndGivesUpUnreachable(t *testing.T) {
 	if !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("err = %v, want ErrUnreachable", err)
 	}
-	if len(seen) < 4 || seen[0] != a || seen[1] != b || seen[2] != a {
-		t.Fatalf("endpoints tried %v, want alternating %s %s", seen, a, b)
+	if len(seen) < 4 || seen[0] != b || seen[1] != a || seen[2] != b {
+		t.Fatalf("endpoints tried %v, want alternating from the start %s: %s %s", seen, b, b, a)
 	}
 }
 

@@ -198,6 +198,11 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 	defer closeFn()
 	err = b.Run(ctx)
 	code := app.ExitCode(err)
+	if code == exitcode.Stopped {
+		log.Info("stopped before the boot finished", "error", err.Error())
+		state.Failed(err, code)
+		return code
+	}
 	if err != nil {
 		// One clear line in the journal says why the node did not come up.
 		log.Error("boot failed", "exit", exitcode.Name(code), "error", err.Error())

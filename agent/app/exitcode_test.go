@@ -1,0 +1,37 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/latchkey/latchkey/agent/boot"
+	"github.com/latchkey/latchkey/agent/exitcode"
+	"github.com/latchkey/latchkey/agent/ticket"
+	"github.com/latchkey/latchkey/attest/atls"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+func TestExitCode(t *testing.T) {
+	refused := &ticket.RefusedError{Reason: latchkeyv1.Reason_PCR_MISMATCH}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"ok", nil, exitcode.OK},
+		{"policy refusal", fmt.Errorf("gave up: %w", refused), exitcode.RefusedByPolicy},
+		{"transient refusal at the end", fmt.Errorf("%w: %w", ticket.ErrUnreachable, &ticket.RefusedError{Reason: latchkeyv1.Reason_UNAVAILABLE}),
+			exitcode.VerifierUnreachable},
+		{"unreachable", fmt.Errorf("%w after 10m", ticket.ErrUnreachable), exitcode.VerifierUnreachable},
+		{"wrong pin", fmt.Errorf("gave up: v:1: %w", atls.ErrPinMismatch), exitcode.VerifierNotAuthenticated},
+		{"stopped", fmt.Errorf("%w before a ticket arrived", ticket.ErrStopped), exitcode.Stopped},
+		{"disk", &boot.StageError{Stage: boot.StageDisk, Err: errors.New("foreign data")}, exitcode.DiskRefused},
+		{"join", &boot.StageError{Stage: boot.StageJoin, Err: errors.New("kubeadm")}, exitcode.KubeadmFailed},
+		{"anything else", errors.New("bug"), exitcode.Internal},
+	} {
+		if got := ExitCode(tc.err); got != tc.want {
+			t.Errorf("%s: ExitCode = %d (%s), want %d (%s)", tc.name, got, exitcode.Name(got), tc.want, exitcode.Name(tc.want))
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package ticket
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"io"
+	"log/slog"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/attest/attesttest"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// tlsVerifier is a TLS 1.3 listener with a fresh self-signed certificate
+// that completes handshakes and nothing more.
+func tlsVerifier(t *testing.T) string {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "impostor"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := tls.Listen("tcp", "127.0.0.1:0", atls.ServerConfig(tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _ = c.(*tls.Conn).Handshake(); c.Close() }()
+		}
+	}()
+	return lis.Addr().String()
+}
+
+// A verifier whose certificate matches no pin is reported as such (its
+// own error, retried slowly), never as "unreachable", and no evidence is
+// made for it.
+func TestWrongPinIsItsOwnError(t *testing.T) {
+	addr := tlsVerifier(t)
+	pins, err := atls.ParsePins([]string{"sha256:" + strings.Repeat("ab", 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer := &attesttest.Issuer{}
+	var waits []time.Duration
+	c, err := New(Config{Endpoints: []string{addr}, Pins: pins, Issuer: issuer, Timeout: 5 * time.Second,
+		RefusalBackoff: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			waits = append(waits, d)
+			return context.DeadlineExceeded
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Get(context.Background(), Request{NodeName: "n", DiskUUID: "u", Role: latchkeyv1.Role_ROLE_WORKER})
+	if !errors.Is(err, atls.ErrPinMismatch) || errors.Is(err, ErrUnreachable) {
+		t.Fatalf("err = %v, want ErrPinMismatch and not ErrUnreachable", err)
+	}
+	if !strings.Contains(err.Error(), "leaf is sha256:") {
+		t.Fatalf("the error should name the pin the verifier showed: %v", err)
+	}
+	if len(waits) != 1 || waits[0] < 30*time.Second {
+		t.Fatalf("retry wait %v, want the slow refusal backoff", waits)
+	}
+	if issuer.Calls.Load() != 0 {
+		t.Fatalf("evidence was made %d times for an unauthenticated verifier", issuer.Calls.Load())
+	}
+}
+
+// SIGTERM (the parent context cancelled) is a stop, not a timeout.
+func TestStopIsNotUnreachable(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := newClient(t, Config{Endpoints: []string{closedPort(t)}, Timeout: time.Hour, AttemptTimeout: time.Second,
+		Sleep: func(context.Context, time.Duration) error { cancel(); return context.Canceled }})
+	_, err := c.Get(ctx, Request{NodeName: "n", DiskUUID: "u", Role: latchkeyv1.Role_ROLE_WORKER})
+	if !errors.Is(err, ErrStopped) || errors.Is(err, ErrUnreachable) || strings.Contains(err.Error(), "after 1h") {
+		t.Fatalf("err = %v, want ErrStopped", err)
+	}
+}
