@@ -3,9 +3,11 @@ package ticket
 import (
 	"context"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -41,7 +43,7 @@ func (c *Client) attempt(ctx context.Context, endpoint string, req Request) (*la
 	stream, err := latchkeyv1.NewJoinServiceClient(conn).Join(ctx, grpc.WaitForReady(false))
 	if err == nil {
 		var t *latchkeyv1.Ticket
-		if t, err = c.exchange(ctx, stream, req); err == nil {
+		if t, err = c.exchange(ctx, stream, endpoint, req); err == nil {
 			return t, nil
 		}
 	}
@@ -82,7 +84,7 @@ func recordPinFailure(cfg *tls.Config) (*tls.Config, func() error) {
 
 // exchange makes the bound evidence, sends the Hello, answers challenges
 // and acknowledges the ticket.
-func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_JoinClient, req Request) (*latchkeyv1.Ticket, error) {
+func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_JoinClient, endpoint string, req Request) (*latchkeyv1.Ticket, error) {
 	hello := &latchkeyv1.Hello{
 		NodeName: req.NodeName, DiskUuid: req.DiskUUID, Role: req.Role,
 		Rejoin: req.Rejoin, RequestToken: req.RequestToken, Variant: c.cfg.Issuer.Variant(),
@@ -110,8 +112,29 @@ func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_Joi
 		clear(t.DiskKey)
 		return nil, err
 	}
+	c.logReceived(endpoint, hello.Evidence, t)
 	return t, nil
 }
+
+// logReceived writes the node's half of the audit trail: the fields that
+// match the verifier's `join decision` line (evidence digest, token ID),
+// never the key or the token secret.
+func (c *Client) logReceived(endpoint string, evidence []byte, t *latchkeyv1.Ticket) {
+	d := attest.EvidenceDigest(evidence)
+	attrs := []any{logKeyVerifier, endpoint, logKeyEvidenceDigest, "sha256:" + hex.EncodeToString(d[:])}
+	if id, _, ok := strings.Cut(t.GetToken(), "."); ok {
+		attrs = append(attrs, logKeyTokenID, id)
+	}
+	c.cfg.Logger.Info("ticket received", attrs...)
+}
+
+// Log keys of the ticket stage, named as the verifier's audit line names
+// the same values.
+const (
+	logKeyVerifier       = "verifier"
+	logKeyEvidenceDigest = "evidence_digest"
+	logKeyTokenID        = "token_id"
+)
 
 func receiveTicket(ctx context.Context, stream latchkeyv1.JoinService_JoinClient, att attest.Attestation) (*latchkeyv1.Ticket, error) {
 	for {

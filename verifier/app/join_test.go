@@ -208,7 +208,9 @@ func (r *rig) agentWith(t testing.TB, cfg ticket.Config) *ticket.Client {
 	t.Helper()
 	cfg.Endpoints, cfg.Pins = []string{r.addr}, []atls.Pin{r.pin}
 	cfg.InitialBackoff, cfg.MaxBackoff, cfg.RefusalBackoff = 10*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	c, err := ticket.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,44 @@
+package app_test
+
+import (
+	"context"
+	"log/slog"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/agent/ticket"
+)
+
+// The node's success line and the verifier's audit line name the same
+// evidence digest and token ID, so an operator can match the two; the
+// node's line never carries the key or the token secret.
+func TestAgentSuccessLineMatchesVerifierAuditLine(t *testing.T) {
+	r := newRig(t, rigOpts{})
+	agentLog := &lockedBuffer{}
+	c := r.agentWith(t, ticket.Config{Issuer: r.issuer(t), Timeout: 30 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(agentLog, nil))})
+	tk, err := c.Get(context.Background(), worker())
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := func(log, line, key string) string {
+		m := regexp.MustCompile(`msg="` + line + `".*\b` + key + `=(\S+)`).FindStringSubmatch(log)
+		if m == nil {
+			t.Fatalf("no %s= in the %q line:\n%s", key, line, log)
+		}
+		return m[1]
+	}
+	al, vl := agentLog.String(), r.logs.String()
+	for _, key := range []string{"evidence_digest", "token_id"} {
+		if a, v := field(al, "ticket received", key), field(vl, "join decision", key); a != v {
+			t.Errorf("%s: agent says %s, verifier says %s", key, a, v)
+		}
+	}
+	if got := field(al, "ticket received", "verifier"); got != r.addr {
+		t.Errorf("verifier=%s, want %s", got, r.addr)
+	}
+	if regexp.MustCompile(regexp.QuoteMeta(tk.Token[7:])).MatchString(al) {
+		t.Fatal("the agent's log carries the token secret")
+	}
+}
