@@ -270,8 +270,8 @@ func TestPinMismatchSendsNoEvidence(t *testing.T) {
 		Timeout: 20 * time.Second, Sleep: func(context.Context, time.Duration) error { return context.Canceled },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	_, err := c.Get(context.Background(), worker(diskA))
-	if !errors.Is(err, ticket.ErrUnreachable) || !strings.Contains(err.Error(), "matches no configured pin") {
-		t.Fatalf("err = %v, want pin mismatch", err)
+	if !errors.Is(err, atls.ErrPinMismatch) || errors.Is(err, ticket.ErrUnreachable) || !strings.Contains(err.Error(), "matches no configured pin") {
+		t.Fatalf("err = %v, want pin mismatch (and not unreachable)", err)
 	}
 	if iss.Calls.Load() != 0 || strings.Contains(e.logs.String(), "join decision") {
 		t.Fatalf("evidence made %d times; verifier log:\n%s", iss.Calls.Load(), e.logs)

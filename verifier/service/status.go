@@ -69,9 +69,14 @@ func (s *Service) audit(ctx context.Context, snap *policy.Snapshot, out *outcome
 	result := "accepted"
 	level := slog.LevelInfo
 	if err != nil {
+		// The same words as the joins_total metric's result label: a
+		// verifier that could not decide "failed", it did not refuse.
 		result, level = "refused", slog.LevelWarn
-		if errors.Is(err, errNotAcked) {
+		switch r := reasonOf(err); {
+		case errors.Is(err, errNotAcked):
 			result = "handover_failed"
+		case r == latchkeyv1.Reason_INTERNAL || r == latchkeyv1.Reason_UNAVAILABLE:
+			result = "failed"
 		}
 	}
 	attrs := []any{
