@@ -21,11 +21,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/latchkey/latchkey/agent/adminapi"
 	"github.com/latchkey/latchkey/agent/app"
 	bootpkg "github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
 	"github.com/latchkey/latchkey/agent/exitcode"
 	"github.com/latchkey/latchkey/internal/localapi"
+	"github.com/latchkey/latchkey/internal/logging"
 	"github.com/latchkey/latchkey/internal/sdnotify"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 )
@@ -144,7 +146,7 @@ func runBoot(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return exitcode.BadConfig
 	}
-	log := sdnotify.NewLogger(f.logLevel)
+	log := logging.NewLogger(f.logLevel)
 	cfg, err := f.load(fs)
 	if err == nil {
 		err = cfg.Validate()
@@ -212,7 +214,7 @@ func serveStatus(path string, state *app.State, log *slog.Logger) func() {
 		log.Warn("status API not available", "socket", path, "error", err.Error())
 		return func() {}
 	}
-	srv, err := localapi.NewServer(localapi.Config{Agent: state, Logger: log})
+	srv, err := localapi.NewServer(localapi.Config{Services: []localapi.Service{adminapi.Service(state)}, Logger: log})
 	if err != nil {
 		lis.Close()
 		log.Warn("status API not available", "error", err.Error())
@@ -266,7 +268,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "latchkey-agent status: %v (is the agent running? it serves %s only while it boots)\n", err, *socket)
 		return exitcode.Internal
 	}
-	if err := localapi.WriteStatus(stdout, st, time.Now()); err != nil {
+	if err := adminapi.WriteStatus(stdout, st, time.Now()); err != nil {
 		return exitcode.Internal
 	}
 	return exitcode.OK
