@@ -45,7 +45,22 @@ static_checks() {
   go vet ./...
   scripts/gen-proto.sh --check
   shipped_test_only
+  internal_imports_nothing_upward
   echo "static checks passed"
+}
+
+# internal_imports_nothing_upward fails when a package under internal/
+# (its tests included) imports the product: internal/ holds helpers any
+# part may use, so it must not depend on any part.
+internal_imports_nothing_upward() {
+  local bad
+  bad=$(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./internal/... |
+    awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^github\.com\/latchkey\/latchkey\/(agent|verifier|attest|proto)(\/|$)/) print $1 " imports " $i }')
+  if [[ -n $bad ]]; then
+    echo "internal/ must not import the product:" >&2
+    echo "$bad" >&2
+    return 1
+  fi
 }
 
 # shipped_test_only fails when either shipped binary links a test-only
@@ -59,7 +74,7 @@ static_checks() {
 shipped_test_only() {
   local bins=(./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier) bad importers
   bad=$(go list -deps "${bins[@]}" |
-    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest|/fake(/|$)' || true)
+    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest|localapitest|/fake(/|$)' || true)
   importers=$(go list -deps -f '{{.ImportPath}} {{join .Imports " "}}' "${bins[@]}" |
     awk '$1 != "k8s.io/client-go/gentype" { for (i = 2; i <= NF; i++) if ($i == "k8s.io/client-go/testing") print $1 }')
   if [[ -n $bad || -n $importers ]]; then
