@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole latchkey test suite, the README's second command:
 #   1. static checks: gofmt, go vet, generated protobuf code up to date,
-#      shipped binaries free of test-only packages;
+#      shipped binaries free of test-only packages, internal/ free of
+#      product imports, shellcheck on every shell script;
 #   2. go test ./... : unit tests and the swtpm / cryptsetup integration
 #      tests (needs root for loop devices), plus a short fuzz run;
 #   3. systemd units and the image kit (systemd-analyze, debootstrap root);
@@ -14,6 +15,7 @@
 #   scripts/test.sh --quick    tiers 1 and 2 only
 #   scripts/test.sh --static   tier 1 only
 set -euo pipefail
+# shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 cd "$(repo_root)"
 quick=false static=false
@@ -23,7 +25,7 @@ quick=false static=false
 need_go
 need_packages swtpm:swtpm swtpm_setup:swtpm-tools tpm2_pcrextend:tpm2-tools cryptsetup:cryptsetup-bin \
   protoc:protobuf-compiler mkfs.xfs:xfsprogs pvcreate:lvm2 sgdisk:gdisk mkfs.ext4:e2fsprogs \
-  blkid:util-linux python3:python3
+  blkid:util-linux python3:python3 shellcheck:shellcheck
 
 declare -A took=()
 tier() {
@@ -35,8 +37,9 @@ tier() {
 }
 
 static_checks() {
-  local unformatted
-  unformatted=$(gofmt -l $(git ls-files '*.go' | grep -v '^proto/') 2>/dev/null || true)
+  local unformatted gofiles
+  mapfile -t gofiles < <(git ls-files '*.go' | grep -v '^proto/')
+  unformatted=$(gofmt -l "${gofiles[@]}" 2>/dev/null || true)
   if [[ -n $unformatted ]]; then
     echo "gofmt: these files need formatting:" >&2
     echo "$unformatted" >&2
@@ -46,7 +49,22 @@ static_checks() {
   scripts/gen-proto.sh --check
   shipped_test_only
   internal_imports_nothing_upward
+  shell_lint
   echo "static checks passed"
+}
+
+# shell_lint runs shellcheck (settings in .shellcheckrc) on every tracked
+# shell script: the *.sh files and every file whose first line is a sh or
+# bash shebang (.ci/run, the QEMU guest's scripts).
+shell_lint() {
+  local scripts=() f
+  while IFS= read -r f; do
+    [[ -f $f && ! -L $f ]] || continue
+    if [[ $f == *.sh ]] || head -n1 "$f" | grep -qE '^#! */?[^ ]*(/| )(ba)?sh( |$)'; then
+      scripts+=("$f")
+    fi
+  done < <(git ls-files)
+  shellcheck "${scripts[@]}"
 }
 
 # internal_imports_nothing_upward fails when a package under internal/
