@@ -24,6 +24,8 @@
 # containerd.service.d drop-ins), /usr/lib/systemd/system-preset,
 # /etc/latchkey. See image/README.md.
 set -euo pipefail
+# shellcheck source=../scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib/common.sh"
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(dirname "$HERE")
@@ -42,7 +44,6 @@ UNITDIR=/usr/lib/systemd/system
 PRESETDIR=/usr/lib/systemd/system-preset
 CONFDIR=/etc/latchkey
 
-die() { echo "install.sh: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 parse_args() {

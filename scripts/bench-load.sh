@@ -23,6 +23,7 @@
 # the whole run by a 10-minute timeout). The load generator shares the
 # machine with the verifier: the headline is the verifier's own CPU time.
 set -euo pipefail
+# shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 cd "$(repo_root)"
 need_go

@@ -5,6 +5,7 @@
 #   scripts/bench.sh           all benchmarks
 #   scripts/bench.sh tpm|disk|snp|load
 set -euo pipefail
+# shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 cd "$(repo_root)"
 need_go

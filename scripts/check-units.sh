@@ -30,9 +30,11 @@
 # installs what is missing with apt-get: systemd, util-linux, procps,
 # openssl, debootstrap. Ends with "N passed, N failed".
 set -euo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-CACHE=${LATCHKEY_CACHE_DIR:-$REPO/.cache}
+REPO=$(repo_root)
+CACHE=$(cache_dir)
 ROOTFS=$CACHE/rootfs-minbase
 SUITE=${LATCHKEY_DEBIAN_SUITE:-bookworm}
 MIRROR=${LATCHKEY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -51,7 +53,6 @@ trap 'rm -rf "$WORK"' EXIT
 
 pass() { PASSED=$((PASSED + 1)); echo "ok    $*"; }
 fail() { FAILED=$((FAILED + 1)); echo "FAIL  $*"; }
-die() { echo "check-units: $*" >&2; exit 1; }
 
 # quiet_ok NAME CMD...: passes when CMD exits 0 and prints nothing on stderr.
 quiet_ok() {
@@ -63,15 +64,6 @@ quiet_ok() {
     fail "$name"
     sed 's/^/      /' "$err"
   fi
-}
-
-need() {
-  local cmd=$1 pkg=$2
-  command -v "$cmd" >/dev/null && return 0
-  echo "check-units: installing $pkg"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null ||
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null; } ||
-    die "cannot install $pkg"
 }
 
 # binaries puts latchkey-agent and latchkey-verifier into $WORK/bin.
@@ -156,7 +148,7 @@ rootfs() {
   if [[ -f $ROOTFS/.latchkey-rootfs && $(cat "$ROOTFS/.latchkey-rootfs") == "$ROOTFS_KEY" ]]; then
     return 0
   fi
-  need debootstrap debootstrap
+  need_packages debootstrap:debootstrap
   echo "check-units: building $ROOTFS ($ROOTFS_KEY), a few minutes"
   rm -rf "$ROOTFS" "$ROOTFS.tmp"
   mkdir -p "$CACHE"
@@ -277,10 +269,7 @@ CONF
 
 main() {
   [[ $(id -u) == 0 ]] || die "run as root (debootstrap, unshare)"
-  need systemd-analyze systemd
-  need unshare util-linux
-  need pgrep procps
-  need openssl openssl
+  need_packages systemd-analyze:systemd unshare:util-linux pgrep:procps openssl:openssl
   binaries
   check_verify
   check_security latchkey-verifier.service "$VERIFIER_MAX"

@@ -23,6 +23,8 @@
 #   LATCHKEY_CACHE_DIR   binary cache           (default <repo>/.cache)
 #   LATCHKEY_CP_RBAC=0   do not install latchkey's RBAC (verifier/deploy)
 set -euo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
@@ -33,10 +35,9 @@ port=6443
 version=v1.37.2
 envfile="$dir/env"
 
-[[ -n "$dir" && "$dir" != / ]] || { echo "controlplane: bad LATCHKEY_CP_DIR" >&2; exit 1; }
+[[ -n "$dir" && "$dir" != / ]] || die "bad LATCHKEY_CP_DIR"
 
 log() { printf 'controlplane: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
 inns() { ip netns exec "$ns" "$@"; }
 
 need_tools() {
@@ -44,11 +45,7 @@ need_tools() {
 	command -v ip >/dev/null || die "ip (iproute2) is missing"
 	command -v curl >/dev/null || die "curl is missing"
 	command -v openssl >/dev/null || die "openssl is missing"
-	if ! command -v etcd >/dev/null; then
-		log "installing etcd-server"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null ||
-			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null; }
-	fi
+	need_packages etcd:etcd-server
 	# Debian's package enables a host etcd service; this script runs its own.
 	if command -v systemctl >/dev/null && systemctl is-active -q etcd 2>/dev/null; then
 		log "note: the host's etcd.service is running; ours runs in $ns and does not clash"
@@ -65,7 +62,7 @@ start() {
 
 wait_ready() {
 	local what=$1 url=$2 i
-	for i in $(seq 1 240); do
+	for _ in $(seq 1 240); do
 		if inns curl -sfk --max-time 2 "$url" >/dev/null 2>&1; then
 			log "$what is ready"
 			return 0
@@ -119,15 +116,19 @@ layout() {
 	local kubeadm=$1
 	log "kubeadm: certs, kubeconfigs, static-pod flags"
 	"$kubeadm" init phase certs all --config "$dir/kubeadm.yaml" >"$dir/kubeadm-certs.log" 2>&1
-	"$kubeadm" init phase kubeconfig admin --config "$dir/kubeadm.yaml" --kubeconfig-dir "$dir/kube" >>"$dir/kubeadm.log" 2>&1
-	"$kubeadm" init phase kubeconfig super-admin --config "$dir/kubeadm.yaml" --kubeconfig-dir "$dir/kube" >>"$dir/kubeadm.log" 2>&1
-	"$kubeadm" init phase kubeconfig controller-manager --config "$dir/kubeadm.yaml" --kubeconfig-dir "$dir/kube" >>"$dir/kubeadm.log" 2>&1
+	{
+		"$kubeadm" init phase kubeconfig admin --config "$dir/kubeadm.yaml" --kubeconfig-dir "$dir/kube"
+		"$kubeadm" init phase kubeconfig super-admin --config "$dir/kubeadm.yaml" --kubeconfig-dir "$dir/kube"
+		"$kubeadm" init phase kubeconfig controller-manager --config "$dir/kubeadm.yaml" --kubeconfig-dir "$dir/kube"
+	} >>"$dir/kubeadm.log" 2>&1
 	# --rootfs chroots kubeadm before it reads its config: the config goes
 	# inside the private root, the manifests land in its etc/kubernetes.
 	mkdir -p "$dir/root"
 	cp "$dir/kubeadm.yaml" "$dir/root/kubeadm.yaml"
-	"$kubeadm" init phase control-plane apiserver --config /kubeadm.yaml --rootfs "$dir/root" >>"$dir/kubeadm.log" 2>&1
-	"$kubeadm" init phase control-plane controller-manager --config /kubeadm.yaml --rootfs "$dir/root" >>"$dir/kubeadm.log" 2>&1
+	{
+		"$kubeadm" init phase control-plane apiserver --config /kubeadm.yaml --rootfs "$dir/root"
+		"$kubeadm" init phase control-plane controller-manager --config /kubeadm.yaml --rootfs "$dir/root"
+	} >>"$dir/kubeadm.log" 2>&1
 	"$kubeadm" kubeconfig user --client-name latchkey-verifier --config "$dir/kubeadm.yaml" >"$dir/kube/verifier.conf" 2>>"$dir/kubeadm.log"
 	chmod 0600 "$dir"/kube/*.conf
 }

@@ -18,6 +18,7 @@
 # --no-kubernetes skips that act. Everything the demo starts is stopped on
 # exit.
 set -euo pipefail
+# shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 root=$(repo_root)
 cd "$root"
@@ -40,8 +41,10 @@ work=$(mktemp -d /tmp/latchkey-demo.XXXXXX)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for f in "$work"/*/swtpm.pid; do [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null || true; done
-  [[ ${cp_up:-} == 1 ]] && "$root/scripts/controlplane.sh" down >/dev/null 2>&1 || true
+  for f in "$work"/*/swtpm.pid; do
+    if [[ -f $f ]]; then kill "$(cat "$f")" 2>/dev/null || true; fi
+  done
+  if [[ ${cp_up:-} == 1 ]]; then "$root/scripts/controlplane.sh" down >/dev/null 2>&1 || true; fi
   wait 2>/dev/null || true
   rm -rf "$work"
 }
@@ -120,6 +123,7 @@ fi
 say "a real control plane: kubeadm phases, etcd, kube-apiserver, kube-controller-manager in netns latchkey-cp"
 envfile=$("$root/scripts/controlplane.sh" up 2>"$work/controlplane.log")
 cp_up=1
+# shellcheck source=/dev/null # controlplane.sh writes it at run time
 source "$envfile"
 inns() { ip netns exec "$LATCHKEY_K8S_NETNS" "$@"; }
 step "API server $LATCHKEY_K8S_ENDPOINT, cluster CA $LATCHKEY_K8S_CA_HASH"

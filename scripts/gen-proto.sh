@@ -3,7 +3,9 @@
 #   scripts/gen-proto.sh          regenerate in place
 #   scripts/gen-proto.sh --check  regenerate into a temp dir, fail on any diff
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=lib/common.sh
+source "$(dirname "$0")/lib/common.sh"
+cd "$(repo_root)"
 
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
@@ -13,7 +15,7 @@ if [[ ! -x "$bin/protoc-gen-go" || ! -x "$bin/protoc-gen-go-grpc" ]]; then
   GOBIN="$bin" go install "google.golang.org/protobuf/cmd/protoc-gen-go@${PROTOC_GEN_GO_VERSION}"
   GOBIN="$bin" go install "google.golang.org/grpc/cmd/protoc-gen-go-grpc@${PROTOC_GEN_GO_GRPC_VERSION}"
 fi
-command -v protoc >/dev/null || { echo "gen-proto: protoc not found (apt-get install protobuf-compiler)" >&2; exit 1; }
+command -v protoc >/dev/null || die "protoc not found (apt-get install protobuf-compiler)"
 
 out=proto
 if [[ "${1:-}" == "--check" ]]; then

@@ -9,12 +9,14 @@
 #                                       `go test` flags are passed through
 #   LATCHKEY_K8S_KEEP=1 scripts/test-k8s.sh   leave the control plane up
 set -euo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 pkgs=(./verifier/token/ ./agent/join/ ./verifier/app/)
 
-[[ $EUID -eq 0 ]] || { echo "test-k8s: run as root" >&2; exit 1; }
+[[ $EUID -eq 0 ]] || die "run as root"
 if [[ "${LATCHKEY_K8S_KEEP:-0}" != 1 ]]; then
 	trap '"$here/controlplane.sh" down' EXIT
 fi

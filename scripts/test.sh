@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole latchkey test suite, the README's second command:
 #   1. static checks: gofmt, go vet, generated protobuf code up to date,
-#      shipped binaries free of test-only packages;
+#      shipped binaries free of test-only packages, internal/ free of
+#      product imports, shellcheck on every shell script;
 #   2. go test ./... : unit tests and the swtpm / cryptsetup integration
 #      tests (needs root for loop devices), plus a short fuzz run;
 #   3. systemd units and the image kit (systemd-analyze, debootstrap root);
@@ -12,16 +13,19 @@
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh --quick    tiers 1 and 2 only
+#   scripts/test.sh --static   tier 1 only
 set -euo pipefail
+# shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
 cd "$(repo_root)"
-quick=false
+quick=false static=false
 [[ ${1:-} == --quick ]] && quick=true
+[[ ${1:-} == --static ]] && static=true
 
 need_go
 need_packages swtpm:swtpm swtpm_setup:swtpm-tools tpm2_pcrextend:tpm2-tools cryptsetup:cryptsetup-bin \
   protoc:protobuf-compiler mkfs.xfs:xfsprogs pvcreate:lvm2 sgdisk:gdisk mkfs.ext4:e2fsprogs \
-  blkid:util-linux python3:python3
+  blkid:util-linux python3:python3 shellcheck:shellcheck
 
 declare -A took=()
 tier() {
@@ -33,8 +37,9 @@ tier() {
 }
 
 static_checks() {
-  local unformatted
-  unformatted=$(gofmt -l $(git ls-files '*.go' | grep -v '^proto/') 2>/dev/null || true)
+  local unformatted gofiles
+  mapfile -t gofiles < <(git ls-files '*.go' | grep -v '^proto/')
+  unformatted=$(gofmt -l "${gofiles[@]}" 2>/dev/null || true)
   if [[ -n $unformatted ]]; then
     echo "gofmt: these files need formatting:" >&2
     echo "$unformatted" >&2
@@ -42,14 +47,59 @@ static_checks() {
   fi
   go vet ./...
   scripts/gen-proto.sh --check
+  shipped_test_only
+  internal_imports_nothing_upward
+  shell_lint
+  echo "static checks passed"
+}
+
+# shell_lint runs shellcheck (settings in .shellcheckrc) on every tracked
+# shell script: the *.sh files and every file whose first line is a sh or
+# bash shebang (.ci/run, the QEMU guest's scripts).
+shell_lint() {
+  local scripts=() f
+  while IFS= read -r f; do
+    [[ -f $f && ! -L $f ]] || continue
+    if [[ $f == *.sh ]] || head -n1 "$f" | grep -qE '^#! */?[^ ]*(/| )(ba)?sh( |$)'; then
+      scripts+=("$f")
+    fi
+  done < <(git ls-files)
+  shellcheck "${scripts[@]}"
+}
+
+# internal_imports_nothing_upward fails when a package under internal/
+# (its tests included) imports the product: internal/ holds helpers any
+# part may use, so it must not depend on any part.
+internal_imports_nothing_upward() {
   local bad
-  bad=$(go list -deps ./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier |
-    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest' || true)
+  bad=$(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./internal/... |
+    awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^github\.com\/latchkey\/latchkey\/(agent|verifier|attest|proto)(\/|$)/) print $1 " imports " $i }')
   if [[ -n $bad ]]; then
-    echo "shipped binaries link test-only packages: $bad" >&2
+    echo "internal/ must not import the product:" >&2
+    echo "$bad" >&2
     return 1
   fi
-  echo "static checks passed"
+}
+
+# shipped_test_only fails when either shipped binary links a test-only
+# package: Go's testing, the test helpers of latchkey and go-sev-guest,
+# any .../fake package (a fake clientset's init would run at start), or
+# k8s.io/client-go/testing. client-go's generic typed client
+# (k8s.io/client-go/gentype) keeps its fake in the same package and so
+# imports client-go/testing into every program that uses typed clients
+# (kubernetes/kubernetes#137782); that one import is allowed, and any
+# other importer of client-go/testing fails.
+shipped_test_only() {
+  local bins=(./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier) bad importers
+  bad=$(go list -deps "${bins[@]}" |
+    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest|localapitest|/fake(/|$)' || true)
+  importers=$(go list -deps -f '{{.ImportPath}} {{join .Imports " "}}' "${bins[@]}" |
+    awk '$1 != "k8s.io/client-go/gentype" { for (i = 2; i <= NF; i++) if ($i == "k8s.io/client-go/testing") print $1 }')
+  if [[ -n $bad || -n $importers ]]; then
+    [[ -z $bad ]] || echo "shipped binaries link test-only packages: ${bad//$'\n'/ }" >&2
+    [[ -z $importers ]] || echo "k8s.io/client-go/testing is imported by: ${importers//$'\n'/ }" >&2
+    return 1
+  fi
 }
 
 unit_and_integration() {
@@ -59,8 +109,8 @@ unit_and_integration() {
 }
 
 tier "static checks" static_checks
-tier "go test ./... (unit, swtpm, cryptsetup)" unit_and_integration
-if ! $quick; then
+$static || tier "go test ./... (unit, swtpm, cryptsetup)" unit_and_integration
+if ! $quick && ! $static; then
   tier "systemd units and image kit" scripts/check-units.sh
   tier "kubernetes control plane" scripts/test-k8s.sh
   tier "qemu guest boots (kubeadm join --dry-run in the guest)" env LATCHKEY_E2E_JOIN=kubeadm scripts/e2e-vm.sh --phase2

@@ -25,6 +25,8 @@
 # (under /mnt, outside PrivateTmp='s and ProtectHome='s reach) and vanishes
 # with it.
 set -uo pipefail
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 REPO=$1
 VERIFIER=${2:-}
@@ -34,7 +36,7 @@ FAILS=0
 # in this namespace only.
 if [[ -d /run/systemd ]]; then mount -t tmpfs tmpfs /run/systemd; else mount -t tmpfs tmpfs /run; fi
 mkdir -p /run/systemd/system
-mount -t tmpfs tmpfs /mnt || exit 1
+mount -t tmpfs tmpfs /mnt || die "cannot mount a tmpfs on /mnt"
 W=/mnt/latchkey-units
 U=$W/home/.config/systemd/user
 export HOME=$W/home XDG_RUNTIME_DIR=$W/run

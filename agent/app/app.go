@@ -65,7 +65,7 @@ func Build(cfg *config.Config, deps Deps) (b *boot.Boot, closeFn func(), err err
 		return nil, nil, err
 	}
 	b, err = boot.New(boot.Config{NodeName: cfg.NodeName, Role: role(cfg.Role), Disk: d, Tickets: tickets,
-		Joiner: joiner, Logger: deps.Logger, OnProgress: deps.OnProgress, OnPlan: deps.OnPlan})
+		Joiner: joiner, JoinAttempts: joinAttempts(cfg), Logger: deps.Logger, OnProgress: deps.OnProgress, OnPlan: deps.OnPlan})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
-	"github.com/latchkey/latchkey/agent/disk"
 	"github.com/latchkey/latchkey/agent/join"
 	"github.com/latchkey/latchkey/internal/execx"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
@@ -36,28 +35,26 @@ func newJoiner(cfg *config.Config, deps Deps) (boot.Joiner, error) {
 	return &kubeadmJoin{j: j, node: cfg.NodeName, role: role(cfg.Role), printOnly: cfg.Join.DryRun, out: deps.Stdout}, nil
 }
 
-// Join prints the redacted configuration in dry-run mode; otherwise it
-// runs kubeadm, retrying with fresh tickets.
-func (k *kubeadmJoin) Join(ctx context.Context, first *latchkeyv1.Ticket, fetch func(context.Context) (*latchkeyv1.Ticket, error)) error {
+// joinAttempts is how often the boot tries to join: printing the
+// configuration is not retried, since a fresh ticket would not change
+// why it failed.
+func joinAttempts(cfg *config.Config) int {
+	if cfg.Join.DryRun {
+		return 1
+	}
+	return boot.DefaultJoinAttempts
+}
+
+// Join makes one attempt: it prints the redacted configuration in
+// dry-run mode, and runs kubeadm otherwise.
+func (k *kubeadmJoin) Join(ctx context.Context, t *latchkeyv1.Ticket) error {
 	if k.printOnly {
-		y, err := k.j.RenderRedacted(join.TicketFrom(k.node, k.role, first))
+		y, err := k.j.RenderRedacted(join.TicketFrom(k.node, k.role, t))
 		if err != nil {
 			return err
 		}
 		_, err = fmt.Fprintf(k.out, "# kubeadm JoinConfiguration (dry run, secrets redacted)\n%s", y)
 		return err
 	}
-	used := false
-	next := func(ctx context.Context) (join.Ticket, error) {
-		t := first
-		if used {
-			var err error
-			if t, err = fetch(ctx); err != nil {
-				return join.Ticket{}, err
-			}
-		}
-		used = true
-		return join.TicketFrom(k.node, k.role, t), nil
-	}
-	return k.j.Run(ctx, next, disk.Result{})
+	return k.j.Join(ctx, join.TicketFrom(k.node, k.role, t))
 }

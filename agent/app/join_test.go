@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -20,11 +21,7 @@ func TestDryRunPrintsRedactedJoinConfiguration(t *testing.T) {
 	secret := "0123456789abcdef"
 	ticket := &latchkeyv1.Ticket{Token: "abcdef." + secret, ApiServerEndpoints: []string{"10.0.0.1:6443"},
 		CaCertHashes: []string{"sha256:" + strings.Repeat("ab", 32)}}
-	fetch := func(context.Context) (*latchkeyv1.Ticket, error) {
-		t.Fatal("dry run fetched a ticket")
-		return nil, nil
-	}
-	if err := j.Join(context.Background(), ticket, fetch); err != nil {
+	if err := j.Join(context.Background(), ticket); err != nil {
 		t.Fatal(err)
 	}
 	y := out.String()
@@ -35,6 +32,17 @@ func TestDryRunPrintsRedactedJoinConfiguration(t *testing.T) {
 	}
 	if strings.Contains(y, secret) {
 		t.Fatalf("dry-run output carries the token secret:\n%s", y)
+	}
+}
+
+// TestDryRunIsOneAttempt: printing the configuration is not retried with
+// fresh tickets, kubeadm is.
+func TestDryRunIsOneAttempt(t *testing.T) {
+	if n := joinAttempts(&config.Config{Join: config.Join{DryRun: true}}); n != 1 {
+		t.Fatalf("dry run: %d attempts, want 1", n)
+	}
+	if n := joinAttempts(&config.Config{}); n != boot.DefaultJoinAttempts {
+		t.Fatalf("kubeadm join: %d attempts, want %d", n, boot.DefaultJoinAttempts)
 	}
 }
 

@@ -31,7 +31,7 @@ func NewState(node string, now func() time.Time) *State {
 		Stage: adminv1.Stage_STAGE_STARTING, StageSinceUnix: now().Unix(), NodeName: node, StatusLine: "starting"}}
 }
 
-// Status returns a copy of the state (localapi.AgentState).
+// Status returns a copy of the state (adminapi.State).
 func (s *State) Status() *adminv1.AgentStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -3,6 +3,11 @@
 // disk with the ticket's key, and join Kubernetes unless the node already
 // holds kubelet credentials. It produces the node specified or no node at
 // all: any stage failing stops the boot with a *StageError naming it.
+//
+// Boot is the only owner of the decisions between stages: whether the node
+// has joined already (the disk stage reports kubelet credentials, the join
+// stage never asks), and how often a failed join is retried, each time
+// with a fresh ticket. The stages know nothing of each other.
 package boot
 
 import (
@@ -10,9 +15,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/latchkey/latchkey/agent/disk"
 	"github.com/latchkey/latchkey/agent/ticket"
+	"github.com/latchkey/latchkey/internal/clock"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -59,11 +66,17 @@ type Tickets interface {
 	Get(ctx context.Context, req ticket.Request) (*latchkeyv1.Ticket, error)
 }
 
-// Joiner runs kubeadm join with first; a retry after a failed join takes a
-// fresh ticket from fetch (the first token may be spent).
+// Joiner makes one attempt to join the cluster with t, which carries a
+// bootstrap token; a failed attempt leaves the node clean for the next.
 type Joiner interface {
-	Join(ctx context.Context, first *latchkeyv1.Ticket, fetch func(context.Context) (*latchkeyv1.Ticket, error)) error
+	Join(ctx context.Context, t *latchkeyv1.Ticket) error
 }
+
+// Defaults of Config.
+const (
+	DefaultJoinAttempts   = 3
+	DefaultJoinRetryDelay = 5 * time.Second
+)
 
 // Config wires the stages.
 type Config struct {
@@ -73,6 +86,16 @@ type Config struct {
 	Tickets  Tickets
 	// Joiner is nil when the node does not join Kubernetes.
 	Joiner Joiner
+	// JoinAttempts bounds the join attempts; every attempt after the
+	// first takes a fresh ticket (the previous token may be spent or
+	// expired). DefaultJoinAttempts when zero.
+	JoinAttempts int
+	// JoinRetryDelay is the pause between join attempts;
+	// DefaultJoinRetryDelay when zero.
+	JoinRetryDelay time.Duration
+	// Sleep waits between join attempts; clock.Sleep when nil.
+	Sleep func(ctx context.Context, d time.Duration) error
+
 	Logger *slog.Logger
 	// OnProgress is told where the boot stands, with a line for humans
 	// (STATUS=, the status API); optional.
@@ -88,6 +111,18 @@ type Boot struct{ cfg Config }
 func New(cfg Config) (*Boot, error) {
 	if cfg.Disk == nil || cfg.Tickets == nil {
 		return nil, errors.New("boot: disk and ticket stages are required")
+	}
+	if cfg.JoinAttempts < 0 || cfg.JoinRetryDelay < 0 {
+		return nil, errors.New("boot: negative join attempts or retry delay")
+	}
+	if cfg.JoinAttempts == 0 {
+		cfg.JoinAttempts = DefaultJoinAttempts
+	}
+	if cfg.JoinRetryDelay == 0 {
+		cfg.JoinRetryDelay = DefaultJoinRetryDelay
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = clock.Sleep
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -145,9 +180,10 @@ func (b *Boot) openDisk(ctx context.Context, plan disk.Plan, t *latchkeyv1.Ticke
 	return res, nil
 }
 
-// join runs kubeadm join unless the node needs none. A rejoin whose disk
-// holds no kubelet credentials (a crash between disk and join on an
-// earlier boot) asks for a second ticket, this time with a token.
+// join runs kubeadm join unless the node needs none: the disk holds
+// kubelet credentials from an earlier join. A rejoin whose disk holds none
+// (a crash between disk and join on an earlier boot) asks for a second
+// ticket, this time with a token.
 func (b *Boot) join(ctx context.Context, plan disk.Plan, res disk.Result, t *latchkeyv1.Ticket) error {
 	switch {
 	case b.cfg.Joiner == nil:
@@ -164,15 +200,37 @@ func (b *Boot) join(ctx context.Context, plan disk.Plan, res disk.Result, t *lat
 		}
 	}
 	b.cfg.OnProgress(Joining, "running kubeadm join")
-	// The disk now carries this node's header: a fresh ticket is a rejoin
-	// that asks for a token.
-	fetch := func(ctx context.Context) (*latchkeyv1.Ticket, error) {
-		return b.tokenTicket(ctx, disk.Plan{UUID: plan.UUID, Rejoin: true})
-	}
-	if err := b.cfg.Joiner.Join(ctx, t, fetch); err != nil {
+	if err := b.joinAttempts(ctx, plan, t); err != nil {
 		return &StageError{StageJoin, err}
 	}
 	return nil
+}
+
+// joinAttempts joins with first, and after a failed attempt waits and
+// tries again with a fresh ticket, at most Config.JoinAttempts times.
+func (b *Boot) joinAttempts(ctx context.Context, plan disk.Plan, first *latchkeyv1.Ticket) error {
+	t, n := first, b.cfg.JoinAttempts
+	var err error
+	for attempt := 1; attempt <= n; attempt++ {
+		if attempt > 1 {
+			if werr := b.cfg.Sleep(ctx, b.cfg.JoinRetryDelay); werr != nil {
+				return errors.Join(err, werr)
+			}
+			// The disk now carries this node's header: a fresh ticket is
+			// a rejoin that asks for a token.
+			if t, err = b.tokenTicket(ctx, disk.Plan{UUID: plan.UUID, Rejoin: true}); err != nil {
+				return fmt.Errorf("join: fetch ticket: %w", err)
+			}
+		}
+		if err = b.cfg.Joiner.Join(ctx, t); err == nil {
+			return nil
+		}
+		if n == 1 {
+			return err
+		}
+		b.cfg.Logger.Warn("join attempt failed", "attempt", attempt, "of", n, "err", err)
+	}
+	return fmt.Errorf("join: giving up after %d attempts: %w", n, err)
 }
 
 func (b *Boot) tokenTicket(ctx context.Context, plan disk.Plan) (*latchkeyv1.Ticket, error) {

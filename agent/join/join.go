@@ -4,8 +4,8 @@
 // file again. A failed join is undone with `kubeadm reset -f` so the next
 // attempt, with a fresh ticket, starts from a clean node.
 //
-// A node whose state disk already holds kubelet credentials (a reboot)
-// does not join again.
+// Whether the node needs to join at all, and how often a failed join is
+// retried, is the boot's decision (agent/boot), not this stage's.
 package join
 
 import (
@@ -21,17 +21,14 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/latchkey/latchkey/agent/disk"
-	"github.com/latchkey/latchkey/internal/clock"
 	"github.com/latchkey/latchkey/internal/execx"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
 // Defaults of Config.
 const (
-	DefaultDir      = "/run/latchkey"
-	DefaultKubeadm  = "kubeadm"
-	DefaultAttempts = 3
+	DefaultDir     = "/run/latchkey"
+	DefaultKubeadm = "kubeadm"
 )
 
 // Config configures the join stage. The zero value (plus a Runner) joins
@@ -64,11 +61,6 @@ type Config struct {
 	// DryRun runs `kubeadm join --dry-run`: real discovery against the
 	// cluster, no change to this node, and no reset afterwards.
 	DryRun bool
-	// Attempts bounds Run's tries with a fresh ticket each;
-	// DefaultAttempts when zero.
-	Attempts int
-	// RetryDelay is the pause between Run's attempts (default 5s).
-	RetryDelay time.Duration
 }
 
 // Ticket is what the join needs from the verifier's ticket.
@@ -108,20 +100,14 @@ func New(cfg Config) (*Joiner, error) {
 	if cfg.Runner == nil {
 		return nil, errors.New("join: no command runner")
 	}
-	if cfg.DiscoveryTimeout < 0 || cfg.TLSBootstrapTimeout < 0 || cfg.Attempts < 0 {
-		return nil, errors.New("join: negative timeout or attempts")
+	if cfg.DiscoveryTimeout < 0 || cfg.TLSBootstrapTimeout < 0 {
+		return nil, errors.New("join: negative timeout")
 	}
 	if cfg.Kubeadm == "" {
 		cfg.Kubeadm = DefaultKubeadm
 	}
 	if cfg.Dir == "" {
 		cfg.Dir = DefaultDir
-	}
-	if cfg.Attempts == 0 {
-		cfg.Attempts = DefaultAttempts
-	}
-	if cfg.RetryDelay == 0 {
-		cfg.RetryDelay = 5 * time.Second
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -130,18 +116,9 @@ func New(cfg Config) (*Joiner, error) {
 	return &Joiner{cfg: cfg, log: log.With("stage", "join")}, nil
 }
 
-// Needed reports whether the node must join: not when the state disk
-// already holds kubelet credentials from an earlier join.
-func Needed(st disk.Result) bool { return !st.HasKubeletCredentials }
-
 // Join runs one `kubeadm join` with t, and `kubeadm reset -f` when it
-// fails (except in dry-run mode, which changes nothing). It does nothing
-// when st says the node already joined.
-func (j *Joiner) Join(ctx context.Context, t Ticket, st disk.Result) error {
-	if !Needed(st) {
-		j.log.Info("node already holds kubelet credentials, not joining", "node", t.NodeName)
-		return nil
-	}
+// fails (except in dry-run mode, which changes nothing).
+func (j *Joiner) Join(ctx context.Context, t Ticket) error {
 	cfgYAML, err := j.Render(t)
 	if err != nil {
 		return err
@@ -213,32 +190,6 @@ func (j *Joiner) reset(ctx context.Context) {
 	if err := j.kubeadm(context.WithoutCancel(ctx), args); err != nil {
 		j.log.Error("kubeadm reset after a failed join failed", "err", err)
 	}
-}
-
-// Run joins with tickets from fetch, at most Config.Attempts times: a
-// failed join is reset and retried with a fresh ticket (the old token may
-// be spent or expired). It does nothing when st says the node joined.
-func (j *Joiner) Run(ctx context.Context, fetch func(context.Context) (Ticket, error), st disk.Result) error {
-	if !Needed(st) {
-		return j.Join(ctx, Ticket{}, st)
-	}
-	var err error
-	for attempt := 1; attempt <= j.cfg.Attempts; attempt++ {
-		if attempt > 1 {
-			if werr := clock.Sleep(ctx, j.cfg.RetryDelay); werr != nil {
-				return errors.Join(err, werr)
-			}
-		}
-		var t Ticket
-		if t, err = fetch(ctx); err != nil {
-			return fmt.Errorf("join: fetch ticket: %w", err)
-		}
-		if err = j.Join(ctx, t, st); err == nil {
-			return nil
-		}
-		j.log.Warn("join attempt failed", "attempt", attempt, "of", j.cfg.Attempts, "err", err)
-	}
-	return fmt.Errorf("join: giving up after %d attempts: %w", j.cfg.Attempts, err)
 }
 
 // kubeadm runs one kubeadm command and logs its output line by line.

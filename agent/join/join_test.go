@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/agent/disk"
 	"github.com/latchkey/latchkey/internal/execx"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -31,7 +30,7 @@ func workerTicket() Ticket {
 
 func newJoiner(t *testing.T, r execx.Runner, mod func(*Config)) *Joiner {
 	t.Helper()
-	cfg := Config{Runner: r, Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), RetryDelay: time.Millisecond}
+	cfg := Config{Runner: r, Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -156,7 +155,7 @@ func (c *checkingRunner) Run(ctx context.Context, cmd execx.Cmd) (execx.Result, 
 func TestJoinWritesAndRemovesConfig(t *testing.T) {
 	cr := &checkingRunner{t: t, fake: &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join", Stdout: "line one\nThis node has joined the cluster\n"}}}}
 	j := newJoiner(t, cr, nil)
-	if err := j.Join(context.Background(), workerTicket(), disk.Result{}); err != nil {
+	if err := j.Join(context.Background(), workerTicket()); err != nil {
 		t.Fatal(err)
 	}
 	if len(cr.seen) != 1 {
@@ -179,7 +178,7 @@ func TestJoinFailureResets(t *testing.T) {
 	j := newJoiner(t, f, func(c *Config) { c.CRISocket = "unix:///run/crio.sock" })
 	tk := workerTicket()
 	tk.ControlPlane, tk.CertificateKey = true, key
-	err := j.Join(context.Background(), tk, disk.Result{})
+	err := j.Join(context.Background(), tk)
 	if execx.ExitCode(err) != 1 || !strings.Contains(err.Error(), "preflight") {
 		t.Fatalf("err = %v", err)
 	}
@@ -193,7 +192,7 @@ func TestJoinFailureResets(t *testing.T) {
 func TestJoinDryRunDoesNotReset(t *testing.T) {
 	f := &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join", ExitCode: 1}}}
 	j := newJoiner(t, f, func(c *Config) { c.DryRun = true })
-	if err := j.Join(context.Background(), workerTicket(), disk.Result{}); err == nil {
+	if err := j.Join(context.Background(), workerTicket()); err == nil {
 		t.Fatal("failure not reported")
 	}
 	calls := f.Calls()
@@ -208,45 +207,6 @@ func TestJoinDryRunDoesNotReset(t *testing.T) {
 	}
 	if _, err := os.Stat(strings.TrimPrefix(env[0], "KUBEADM_JOIN_DRYRUN_DIR=")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("dry-run directory left behind: %v", err)
-	}
-}
-
-func TestJoinSkippedWithKubeletCredentials(t *testing.T) {
-	f := &execx.Fake{}
-	j := newJoiner(t, f, nil)
-	if err := j.Join(context.Background(), Ticket{}, disk.Result{HasKubeletCredentials: true}); err != nil {
-		t.Fatal(err)
-	}
-	fetched := 0
-	fetch := func(context.Context) (Ticket, error) { fetched++; return workerTicket(), nil }
-	if err := j.Run(context.Background(), fetch, disk.Result{HasKubeletCredentials: true}); err != nil {
-		t.Fatal(err)
-	}
-	if len(f.Calls()) != 0 || fetched != 0 {
-		t.Fatalf("%d commands, %d fetches for a joined node", len(f.Calls()), fetched)
-	}
-}
-
-func TestRunRetriesWithFreshTickets(t *testing.T) {
-	f := &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join", ExitCode: 1, Times: 1}}}
-	j := newJoiner(t, f, nil)
-	fetched := 0
-	fetch := func(context.Context) (Ticket, error) { fetched++; return workerTicket(), nil }
-	if err := j.Run(context.Background(), fetch, disk.Result{}); err != nil {
-		t.Fatal(err)
-	}
-	if fetched != 2 || f.Ran("kubeadm join") != 2 || f.Ran("kubeadm reset -f") != 1 {
-		t.Fatalf("fetched %d, joins %d, resets %d", fetched, f.Ran("kubeadm join"), f.Ran("kubeadm reset -f"))
-	}
-}
-
-func TestRunGivesUp(t *testing.T) {
-	f := &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join", ExitCode: 1}}}
-	j := newJoiner(t, f, func(c *Config) { c.Attempts = 2 })
-	fetch := func(context.Context) (Ticket, error) { return workerTicket(), nil }
-	err := j.Run(context.Background(), fetch, disk.Result{})
-	if err == nil || !strings.Contains(err.Error(), "after 2 attempts") || f.Ran("kubeadm join") != 2 {
-		t.Fatalf("err %v, joins %d", err, f.Ran("kubeadm join"))
 	}
 }
 

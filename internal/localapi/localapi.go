@@ -1,12 +1,11 @@
-// Package localapi serves the latchkey programs' admin API (proto
-// latchkey.admin.v1) on a Unix socket and dials it from the CLI. Callers
-// are authenticated by their kernel peer credentials (internal/peercred):
-// root, or a member of a configured group. Every call is logged with the
-// caller's uid and pid.
+// Package localapi serves a latchkey program's admin API on a Unix socket
+// and dials it from the CLI. Callers are authenticated by their kernel peer
+// credentials (internal/peercred): root, or a member of a configured group.
+// Every call is logged with the caller's uid and pid.
 //
-// The server knows nothing of the agent's boot or the verifier's tokens: it
-// takes small interfaces (AgentState, Tokens, PolicyChecker) that the
-// programs implement, so this package stays free of their dependencies.
+// The package knows no service: each program registers its own
+// (agent/adminapi, verifier/adminapi), so internal/ depends on nothing of
+// the product's.
 package localapi
 
 import (
@@ -18,11 +17,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/latchkey/latchkey/internal/peercred"
-	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 )
 
 // The default socket paths. Each unit's RuntimeDirectory= creates the
@@ -32,44 +29,19 @@ const (
 	VerifierSocket = "/run/latchkey/verifier/admin.sock"
 )
 
-// MaxPolicySize bounds the policy a CheckPolicy call may carry.
-const MaxPolicySize = 1 << 20
+// MaxRequestSize bounds every request a Server accepts: 1 MiB of payload
+// (verifier/adminapi's MaxPolicySize) and room for its framing.
+const MaxRequestSize = 1<<20 + 4096
 
-// AgentState is the agent's live boot state. Status must be cheap, safe
-// for concurrent use, and return a message the caller may not modify
-// afterwards (a fresh copy).
-type AgentState interface {
-	Status() *adminv1.AgentStatus
-}
+// Service registers one admin service on s; log is the server's logger.
+type Service func(s *grpc.Server, log *slog.Logger)
 
-// Tokens lists and revokes the bootstrap tokens a verifier minted.
-type Tokens interface {
-	List(ctx context.Context) ([]*adminv1.Token, error)
-	// Revoke deletes the token; it returns an error wrapping
-	// ErrTokenNotFound when no such token exists.
-	Revoke(ctx context.Context, id string) error
-}
-
-// ErrTokenNotFound is what Tokens.Revoke wraps for an unknown token ID; the
-// API answers NOT_FOUND.
-var ErrTokenNotFound = errors.New("token not found")
-
-// PolicyChecker validates a policy file's contents without loading it. It
-// returns the digest the policy would have once loaded, or why it is
-// invalid.
-type PolicyChecker interface {
-	Check(ctx context.Context, policy []byte) (digest string, err error)
-}
-
-// Config configures a Server. At least one of Agent, Tokens or Policies
-// must be set: the agent sets Agent, the verifier sets Policies and, unless
-// it runs in disk-only mode, Tokens.
+// Config configures a Server.
 type Config struct {
 	// Access says who may call; the zero value admits root only.
-	Access   peercred.Policy
-	Agent    AgentState
-	Tokens   Tokens
-	Policies PolicyChecker
+	Access peercred.Policy
+	// Services are the program's admin services; at least one.
+	Services []Service
 	Logger   *slog.Logger
 }
 
@@ -81,8 +53,8 @@ type Server struct {
 
 // NewServer builds the gRPC server; Serve starts it.
 func NewServer(cfg Config) (*Server, error) {
-	if cfg.Agent == nil && cfg.Tokens == nil && cfg.Policies == nil {
-		return nil, errors.New("localapi: nothing to serve: set Agent, Tokens or Policies")
+	if len(cfg.Services) == 0 {
+		return nil, errors.New("localapi: nothing to serve: no admin service")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -91,14 +63,11 @@ func NewServer(cfg Config) (*Server, error) {
 	log = log.With("component", "localapi")
 	opts := append(peercred.ServerOptions(cfg.Access),
 		grpc.ChainUnaryInterceptor(logCalls(log)),
-		grpc.MaxRecvMsgSize(MaxPolicySize+4096),
+		grpc.MaxRecvMsgSize(MaxRequestSize),
 	)
 	s := &Server{grpc: grpc.NewServer(opts...), log: log}
-	if cfg.Agent != nil {
-		adminv1.RegisterAgentAdminServer(s.grpc, agentServer{state: cfg.Agent})
-	}
-	if cfg.Tokens != nil || cfg.Policies != nil {
-		adminv1.RegisterVerifierAdminServer(s.grpc, &verifierServer{tokens: cfg.Tokens, policies: cfg.Policies, log: log})
+	for _, register := range cfg.Services {
+		register(s.grpc, log)
 	}
 	return s, nil
 }
@@ -142,17 +111,4 @@ func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
 			"code", status.Code(err).String(), "duration", time.Since(start))
 		return resp, err
 	}
-}
-
-type agentServer struct {
-	adminv1.UnimplementedAgentAdminServer
-	state AgentState
-}
-
-func (a agentServer) Status(context.Context, *adminv1.StatusRequest) (*adminv1.AgentStatus, error) {
-	st := a.state.Status()
-	if st == nil {
-		return nil, status.Error(codes.Unavailable, "agent state not available yet")
-	}
-	return st, nil
 }

@@ -120,9 +120,14 @@ func runAs(t *testing.T, dir, sock string, groups []uint32) (string, int) {
 	cmd := exec.Command(bin)
 	cmd.Env = []string{"PEERCRED_TEST_CHILD_SOCKET=" + sock}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: childUID, Gid: childGID, Groups: groups}}
-	out, err := cmd.CombinedOutput()
+	// The answer is read from stdout alone: stderr carries what the
+	// runtime has to say, e.g. a binary built by `go test -cover` warns
+	// there that the child (without GOCOVERDIR) writes no coverage data.
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("client: %v\n%s", err, out)
+		t.Fatalf("client: %v\nstdout: %s\nstderr: %s", err, out, stderr.String())
 	}
 	return strings.TrimSpace(string(out)), cmd.Process.Pid
 }

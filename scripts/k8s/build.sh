@@ -8,6 +8,8 @@
 #
 # Usage: scripts/k8s/build.sh        (prints the binary directory on stdout)
 set -euo pipefail
+# shellcheck source=../lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib/common.sh"
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -15,7 +17,7 @@ version="$(awk '$1 == "k8s.io/kubernetes" { print $2 }' "$here/go.mod" | head -n
 if [[ -z "$version" ]]; then
 	version="$(awk '/^require k8s.io\/kubernetes/ { print $3 }' "$here/go.mod")"
 fi
-[[ -n "$version" ]] || { echo "build.sh: cannot read the k8s.io/kubernetes version from $here/go.mod" >&2; exit 1; }
+[[ -n "$version" ]] || die "cannot read the k8s.io/kubernetes version from $here/go.mod"
 out="${LATCHKEY_CACHE_DIR:-$repo/.cache}/k8s/$version"
 cmds=(kube-apiserver kube-controller-manager kubeadm)
 

@@ -1,5 +1,12 @@
+# shellcheck shell=bash
 # Shared shell helpers of latchkey's scripts. Source it; it defines
 # functions only.
+
+# die prints "SCRIPT: MESSAGE" on stderr and exits 1.
+die() {
+  echo "${0##*/}: $*" >&2
+  exit 1
+}
 
 # repo_root prints the repository's top directory.
 repo_root() { cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd; }

@@ -10,9 +10,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
-	"github.com/latchkey/latchkey/internal/localapi"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/adminapi"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/token"
 )
@@ -75,7 +75,7 @@ func tokenInfo(m *metav1.ObjectMeta, data map[string][]byte) *adminv1.Token {
 func (t tokenAdmin) Revoke(ctx context.Context, id string) error {
 	_, err := t.client.CoreV1().Secrets(metav1.NamespaceSystem).Get(ctx, bootstrapapi.BootstrapTokenSecretPrefix+id, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("%w: %s", localapi.ErrTokenNotFound, id)
+		return fmt.Errorf("%w: %s", adminapi.ErrTokenNotFound, id)
 	}
 	if err != nil {
 		return err

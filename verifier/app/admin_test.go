@@ -10,8 +10,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
-	"github.com/latchkey/latchkey/internal/localapi"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/adminapi"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
@@ -54,7 +54,7 @@ func TestTokenAdminListsAndMarksMalformedExpiry(t *testing.T) {
 	if byID["abcdef"] || !byID["ghijkl"] {
 		t.Fatalf("malformed marks %v", byID)
 	}
-	if err := ta.Revoke(context.Background(), "nosuch"); !errors.Is(err, localapi.ErrTokenNotFound) {
+	if err := ta.Revoke(context.Background(), "nosuch"); !errors.Is(err, adminapi.ErrTokenNotFound) {
 		t.Fatalf("revoke unknown: %v", err)
 	}
 	if err := ta.Revoke(context.Background(), "abcdef"); err != nil || len(m.revoked) != 1 {

@@ -18,9 +18,10 @@ import (
 	"github.com/latchkey/latchkey/attest/snp"
 	"github.com/latchkey/latchkey/attest/snp/kubestore"
 	"github.com/latchkey/latchkey/internal/localapi"
-	"github.com/latchkey/latchkey/internal/metrics"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/adminapi"
 	"github.com/latchkey/latchkey/verifier/keys"
+	"github.com/latchkey/latchkey/verifier/metrics"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/service"
 	"github.com/latchkey/latchkey/verifier/servingcert"
@@ -274,11 +275,12 @@ func (v *Verifier) serveAdmin() func() {
 	if v.cfg.AdminSocket == "-" {
 		return func() {}
 	}
-	acfg := localapi.Config{Policies: policyChecker{v.policyDeps}, Logger: v.deps.Logger}
+	var tokens adminapi.Tokens // nil in disk-only mode
 	if v.kube != nil {
-		acfg.Tokens = tokenAdmin{client: v.kube, minter: v.Minter}
+		tokens = tokenAdmin{client: v.kube, minter: v.Minter}
 	}
-	srv, err := localapi.NewServer(acfg)
+	srv, err := localapi.NewServer(localapi.Config{Logger: v.deps.Logger,
+		Services: []localapi.Service{adminapi.Service(tokens, policyChecker{v.policyDeps})}})
 	var lis net.Listener
 	if err == nil {
 		lis, err = localapi.Listen(localapi.SocketConfig{Path: v.cfg.AdminSocket, Mode: 0o666})

@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/latchkey/latchkey/attest"
-	"github.com/latchkey/latchkey/internal/metrics"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/metrics"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 

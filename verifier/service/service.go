@@ -18,9 +18,9 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
-	"github.com/latchkey/latchkey/internal/metrics"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/keys"
+	"github.com/latchkey/latchkey/verifier/metrics"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/token"
 )

@@ -2,6 +2,7 @@ package token
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	kubeadmconstants "k8s.io/kubernetes/cmd/kubeadm/app/constants"
-	"k8s.io/kubernetes/cmd/kubeadm/app/phases/copycerts"
 	cryptoutil "k8s.io/kubernetes/cmd/kubeadm/app/util/crypto"
 )
 
@@ -32,7 +32,8 @@ var sharedCerts = []string{
 }
 
 // uploadCerts encrypts the shared control-plane certificates with a fresh
-// kubeadm certificate key (kubeadm's own key generator and AES-GCM
+// kubeadm certificate key (32 random bytes, written as hex, as kubeadm's
+// copycerts.CreateCertificateKey makes it, and kubeadm's own AES-GCM
 // helper, so `kubeadm join --control-plane` decrypts them with its
 // download-certs phase) and stores them in the kubeadm-certs Secret,
 // owned by the token Secret so the garbage collector removes them with
@@ -42,15 +43,13 @@ var sharedCerts = []string{
 // mint replaces an earlier one's copy, and that earlier joiner's
 // download-certs fails and is retried with a fresh ticket.
 func uploadCerts(ctx context.Context, c kubernetes.Interface, dir string, owner *corev1.Secret) (string, error) {
-	key, err := copycerts.CreateCertificateKey()
-	if err != nil {
+	// Not copycerts.CreateCertificateKey: importing that package links
+	// client-go's fake clientsets into the verifier.
+	raw := make([]byte, kubeadmconstants.CertificateKeySize)
+	defer clear(raw)
+	if _, err := rand.Read(raw); err != nil {
 		return "", fmt.Errorf("create certificate key: %w", err)
 	}
-	raw, err := hex.DecodeString(key)
-	if err != nil {
-		return "", fmt.Errorf("decode certificate key: %w", err)
-	}
-	defer clear(raw)
 	data, err := encryptCerts(dir, raw)
 	if err != nil {
 		return "", err
@@ -67,7 +66,7 @@ func uploadCerts(ctx context.Context, c kubernetes.Interface, dir string, owner 
 	if err := createOrReplace(ctx, c, s); err != nil {
 		return "", fmt.Errorf("store %s: %w", kubeadmconstants.KubeadmCertsSecret, err)
 	}
-	return key, nil
+	return hex.EncodeToString(raw), nil
 }
 
 // encryptCerts reads and encrypts each shared file; a missing file is

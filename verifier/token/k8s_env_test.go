@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/latchkey/latchkey/agent/disk"
 	"github.com/latchkey/latchkey/agent/join"
 	"github.com/latchkey/latchkey/internal/execx"
 )
@@ -158,6 +157,6 @@ func (e k8sEnv) dryRunJoin(t *testing.T, node string, g *Grant, discovery time.D
 	tk := join.Ticket{NodeName: node, Endpoints: g.Endpoints, Token: g.Token, CACertHashes: g.CACertHashes}
 	ctx, cancel := context.WithTimeout(context.Background(), discovery+time.Minute)
 	defer cancel()
-	err = j.Join(ctx, tk, disk.Result{})
+	err = j.Join(ctx, tk)
 	return rec.output(), err
 }

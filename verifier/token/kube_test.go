@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -303,6 +304,10 @@ func TestMintControlPlaneUploadsOwnedCerts(t *testing.T) {
 	g, err := k.Mint(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// kubeadm's format: 32 random bytes as 64 lower-case hex digits.
+	if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(g.CertificateKey) {
+		t.Fatalf("certificate key is not 64 lower-case hex digits (%d characters)", len(g.CertificateKey))
 	}
 	key, err := hex.DecodeString(g.CertificateKey)
 	if err != nil || len(key) != 32 {

@@ -21,12 +21,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/latchkey/latchkey/agent/adminapi"
 	"github.com/latchkey/latchkey/agent/app"
 	bootpkg "github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
 	"github.com/latchkey/latchkey/agent/exitcode"
 	"github.com/latchkey/latchkey/internal/cli"
 	"github.com/latchkey/latchkey/internal/localapi"
+	"github.com/latchkey/latchkey/internal/logging"
 	"github.com/latchkey/latchkey/internal/sdnotify"
 	"github.com/latchkey/latchkey/internal/version"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
@@ -154,7 +156,7 @@ func runBoot(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "latchkey-agent:", err)
 		return exitcode.BadConfig
 	}
-	log := sdnotify.NewLogger(f.logLevel)
+	log := logging.NewLogger(f.logLevel)
 	cfg, err := f.load(fs)
 	if err == nil {
 		err = cfg.Validate()
@@ -227,7 +229,7 @@ func serveStatus(path string, state *app.State, log *slog.Logger) func() {
 		log.Warn("status API not available", "socket", path, "error", err.Error())
 		return func() {}
 	}
-	srv, err := localapi.NewServer(localapi.Config{Agent: state, Logger: log})
+	srv, err := localapi.NewServer(localapi.Config{Services: []localapi.Service{adminapi.Service(state)}, Logger: log})
 	if err != nil {
 		lis.Close()
 		log.Warn("status API not available", "error", err.Error())
@@ -281,7 +283,7 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "latchkey-agent status: %v (is the agent running? it serves %s only while it boots)\n", err, *socket)
 		return exitcode.Internal
 	}
-	if err := localapi.WriteStatus(stdout, st, time.Now()); err != nil {
+	if err := adminapi.WriteStatus(stdout, st, time.Now()); err != nil {
 		return exitcode.Internal
 	}
 	return exitcode.OK

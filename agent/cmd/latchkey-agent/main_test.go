@@ -51,6 +51,22 @@ func collect(c *net.UnixConn, out chan<- notification) {
 	}
 }
 
+// endMarker ends the notifications of one boot.
+const endMarker = "X_LATCHKEY_TEST=end"
+
+// sendMarker queues endMarker on the notify socket at path.
+func sendMarker(t testing.TB, path string) {
+	t.Helper()
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(endMarker)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // startVerifier runs the assembled verifier in this process with a policy
 // measured from sim, and returns its address and pin.
 func startVerifier(t testing.TB, sim *tpmtest.Simulator) (string, string) {
@@ -97,12 +113,17 @@ func bootOnce(t testing.TB, sim *tpmtest.Simulator, addr, pin string) (int, []no
 	code := run([]string{"run", "--config", "/dev/null", "--kernel-cmdline", "/dev/null", "--verifier", addr, "--pin", pin,
 		"--tpm-device", sim.Device, "--node-name", "n1", "--disk-mode", "key-only",
 		"--disk-uuid", "6c0e2f5a-4b1d-4e8f-9a3c-2d7b5e1f0a94", "--no-join", "--timeout", "20s", "--log-level", "error"}, io.Discard, &stderr)
-	time.Sleep(20 * time.Millisecond)
-	conn.Close()
+	// Sending a notification is synchronous: every one run sent is queued
+	// on the socket by now, so a marker sent after them is read after them.
+	sendMarker(t, path)
 	var got []notification
 	for n := range ch {
+		if n.msg == endMarker {
+			break
+		}
 		got = append(got, n)
 	}
+	conn.Close()
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, stderr.String())
 	}

@@ -26,9 +26,11 @@ import (
 	"github.com/latchkey/latchkey/attest/snp"
 	"github.com/latchkey/latchkey/internal/cli"
 	"github.com/latchkey/latchkey/internal/localapi"
+	"github.com/latchkey/latchkey/internal/logging"
 	"github.com/latchkey/latchkey/internal/sdnotify"
 	"github.com/latchkey/latchkey/internal/version"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
+	"github.com/latchkey/latchkey/verifier/adminapi"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/servingcert"
@@ -151,7 +153,7 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "latchkey-verifier serve:", err)
 		return 2
 	}
-	log := sdnotify.NewLogger(f.logLevel)
+	log := logging.NewLogger(f.logLevel)
 	cfg, err := f.load()
 	if err != nil {
 		log.Error("bad configuration", "error", err.Error())
@@ -268,7 +270,7 @@ func tokensCmd(args []string, stdout, stderr io.Writer) int {
 	case sub == "list" && fs.NArg() == 0:
 		resp, err := c.ListTokens(ctx, &adminv1.ListTokensRequest{})
 		if err == nil {
-			err = localapi.WriteTokens(stdout, resp.GetTokens(), time.Now())
+			err = adminapi.WriteTokens(stdout, resp.GetTokens(), time.Now())
 		}
 		return report(stderr, err)
 	case sub == "revoke" && fs.NArg() == 1:
@@ -315,7 +317,7 @@ func collateralCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch: no snpCollateralDir configured", err)
 		return 2
 	}
-	coll, err := app.NewCollateral(cfg, nil, sdnotify.NewLogger(f.logLevel))
+	coll, err := app.NewCollateral(cfg, nil, logging.NewLogger(f.logLevel))
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()

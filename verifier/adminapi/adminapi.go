@@ -1,4 +1,9 @@
-package localapi
+// Package adminapi is the verifier's admin service (latchkey.admin.v1
+// VerifierAdmin), served on the admin socket by internal/localapi: list and
+// revoke bootstrap tokens, check a policy without loading it. It takes
+// small interfaces (Tokens, PolicyChecker) the verifier implements, and
+// prints the token table `latchkey-verifier tokens list` shows.
+package adminapi
 
 import (
 	"context"
@@ -6,12 +11,48 @@ import (
 	"log/slog"
 	"regexp"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/peercred"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 )
+
+// MaxPolicySize bounds the policy a CheckPolicy call may carry.
+const MaxPolicySize = 1 << 20
+
+// The server must accept a policy of MaxPolicySize with its framing.
+var _ = [localapi.MaxRequestSize - MaxPolicySize - 4096]struct{}{}
+
+// Tokens lists and revokes the bootstrap tokens a verifier minted.
+type Tokens interface {
+	List(ctx context.Context) ([]*adminv1.Token, error)
+	// Revoke deletes the token; it returns an error wrapping
+	// ErrTokenNotFound when no such token exists.
+	Revoke(ctx context.Context, id string) error
+}
+
+// ErrTokenNotFound is what Tokens.Revoke wraps for an unknown token ID; the
+// API answers NOT_FOUND.
+var ErrTokenNotFound = errors.New("token not found")
+
+// PolicyChecker validates a policy file's contents without loading it. It
+// returns the digest the policy would have once loaded, or why it is
+// invalid.
+type PolicyChecker interface {
+	Check(ctx context.Context, policy []byte) (digest string, err error)
+}
+
+// Service is the VerifierAdmin service. tokens is nil in disk-only mode
+// (token calls answer FAILED_PRECONDITION); policies nil answers
+// CheckPolicy with UNIMPLEMENTED.
+func Service(tokens Tokens, policies PolicyChecker) localapi.Service {
+	return func(s *grpc.Server, log *slog.Logger) {
+		adminv1.RegisterVerifierAdminServer(s, &verifierServer{tokens: tokens, policies: policies, log: log})
+	}
+}
 
 // tokenID is the kubeadm bootstrap token ID syntax.
 var tokenID = regexp.MustCompile(`^[a-z0-9]{6}$`)

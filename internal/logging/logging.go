@@ -1,4 +1,7 @@
-package sdnotify
+// Package logging builds the latchkey programs' logger: slog text on
+// stderr, with a syslog priority on every line when stderr is the journal
+// stream systemd connected, so journald files each entry at its level.
+package logging
 
 import (
 	"bytes"

@@ -1,0 +1,146 @@
+package adminapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/latchkey/latchkey/internal/localapi"
+	"github.com/latchkey/latchkey/internal/localapi/localapitest"
+	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// fakeTokens holds tokens in memory; failList switches List to an error.
+type fakeTokens struct {
+	mu       sync.Mutex
+	tokens   map[string]*adminv1.Token
+	failList bool
+}
+
+func (f *fakeTokens) List(context.Context) ([]*adminv1.Token, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failList {
+		return nil, errors.New("apiserver unreachable")
+	}
+	var out []*adminv1.Token
+	for _, t := range f.tokens {
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func (f *fakeTokens) Revoke(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.tokens[id]; !ok {
+		return fmt.Errorf("secret bootstrap-token-%s: %w", id, ErrTokenNotFound)
+	}
+	delete(f.tokens, id)
+	return nil
+}
+
+type fakeChecker struct{}
+
+func (fakeChecker) Check(_ context.Context, policy []byte) (string, error) {
+	if !bytes.HasPrefix(policy, []byte("apiVersion: latchkey/v1")) {
+		return "", errors.New(`line 1: apiVersion: want "latchkey/v1"`)
+	}
+	return "sha256:00ff", nil
+}
+
+// start serves the verifier's admin service on a fresh socket.
+func start(t *testing.T, tokens Tokens, policies PolicyChecker) *grpc.ClientConn {
+	t.Helper()
+	return localapitest.Start(t, localapi.Config{Services: []localapi.Service{Service(tokens, policies)}})
+}
+
+func TestTokensRoundTrip(t *testing.T) {
+	tokens := &fakeTokens{tokens: map[string]*adminv1.Token{
+		"abcdef": {Id: "abcdef", NodeName: "worker-1", Role: latchkeyv1.Role_ROLE_WORKER, ExpiryUnix: 1_790_001_800},
+	}}
+	c := adminv1.NewVerifierAdminClient(start(t, tokens, fakeChecker{}))
+	ctx := context.Background()
+	list, err := c.ListTokens(ctx, &adminv1.ListTokensRequest{})
+	if err != nil || len(list.GetTokens()) != 1 || list.GetTokens()[0].GetNodeName() != "worker-1" {
+		t.Fatalf("ListTokens = %v, %v", list, err)
+	}
+	cases := []struct {
+		id   string
+		code codes.Code
+	}{
+		{"abcdef", codes.OK},
+		{"abcdef", codes.NotFound}, // already gone
+		{"ABCDEF", codes.InvalidArgument},
+		{"abcdef.0123456789abcdef", codes.InvalidArgument}, // a whole token, secret included
+		{"", codes.InvalidArgument},
+	}
+	for _, tc := range cases {
+		_, err := c.RevokeToken(ctx, &adminv1.RevokeTokenRequest{Id: tc.id})
+		if status.Code(err) != tc.code {
+			t.Errorf("RevokeToken(%q): got %v, want %v", tc.id, err, tc.code)
+		}
+	}
+	tokens.failList = true
+	if _, err := c.ListTokens(ctx, &adminv1.ListTokensRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("ListTokens with the API server down: got %v, want Unavailable", err)
+	}
+}
+
+func TestDiskOnlyVerifierHasNoTokens(t *testing.T) {
+	c := adminv1.NewVerifierAdminClient(start(t, nil, fakeChecker{}))
+	_, err := c.ListTokens(context.Background(), &adminv1.ListTokensRequest{})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("got %v, want FailedPrecondition", err)
+	}
+}
+
+func TestCheckPolicyRoundTrip(t *testing.T) {
+	c := adminv1.NewVerifierAdminClient(start(t, nil, fakeChecker{}))
+	ctx := context.Background()
+	good, err := c.CheckPolicy(ctx, &adminv1.CheckPolicyRequest{Policy: []byte("apiVersion: latchkey/v1\n")})
+	if err != nil || !good.GetValid() || good.GetDigest() != "sha256:00ff" {
+		t.Fatalf("good policy: %v, %v", good, err)
+	}
+	bad, err := c.CheckPolicy(ctx, &adminv1.CheckPolicyRequest{Policy: []byte("apiVersion: v0\n")})
+	if err != nil || bad.GetValid() || !strings.Contains(bad.GetError(), "apiVersion") {
+		t.Fatalf("bad policy: %v, %v", bad, err)
+	}
+	huge := bytes.Repeat([]byte("x"), MaxPolicySize+1)
+	if _, err := c.CheckPolicy(ctx, &adminv1.CheckPolicyRequest{Policy: huge}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("oversized policy: got %v, want InvalidArgument", err)
+	}
+}
+
+func TestWriteTokensMarksMalformedExpiry(t *testing.T) {
+	now := time.Unix(1_790_000_000, 0)
+	var buf bytes.Buffer
+	err := WriteTokens(&buf, []*adminv1.Token{
+		{Id: "aaaaaa", NodeName: "w1", Role: latchkeyv1.Role_ROLE_WORKER, CreatedUnix: now.Unix() - 300, ExpiryUnix: now.Unix() + 1500},
+		{Id: "bbbbbb", NodeName: "w2", ExpirationMalformed: true, RawExpiration: "tomorrow"},
+		{Id: "cccccc", NodeName: "w3", ExpiryUnix: now.Unix() - 60},
+	}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	want := []string{
+		"ID      NODE  ROLE    AGE   EXPIRES",
+		"aaaaaa  w1    worker  5m0s  in 25m0s",
+		`bbbbbb  w2    -       -     MALFORMED "tomorrow" (never expires; revoke it)`,
+		"cccccc  w3    -       -     expired 1m0s ago",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -1,0 +1,53 @@
+package adminapi
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/latchkey/latchkey/internal/localapi"
+	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// WriteTokens prints bootstrap tokens as a table (`latchkey-verifier
+// tokens list`), marking tokens whose expiration cannot be parsed: nothing
+// ever expires them.
+func WriteTokens(w io.Writer, tokens []*adminv1.Token, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNODE\tROLE\tAGE\tEXPIRES")
+	for _, t := range tokens {
+		age := "-"
+		if t.GetCreatedUnix() > 0 {
+			age = localapi.Ago(now, t.GetCreatedUnix())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.GetId(), localapi.OrDash(t.GetNodeName()),
+			roleName(t.GetRole()), age, expiry(t, now))
+	}
+	return tw.Flush()
+}
+
+func expiry(t *adminv1.Token, now time.Time) string {
+	switch {
+	case t.GetExpirationMalformed():
+		return fmt.Sprintf("MALFORMED %q (never expires; revoke it)", t.GetRawExpiration())
+	case t.GetExpiryUnix() == 0:
+		return "never (revoke it)"
+	case t.GetExpiryUnix() <= now.Unix():
+		return "expired " + localapi.Ago(now, t.GetExpiryUnix()) + " ago"
+	default:
+		return "in " + time.Unix(t.GetExpiryUnix(), 0).Sub(now).Round(time.Second).String()
+	}
+}
+
+func roleName(r latchkeyv1.Role) string {
+	switch r {
+	case latchkeyv1.Role_ROLE_WORKER:
+		return "worker"
+	case latchkeyv1.Role_ROLE_CONTROL_PLANE:
+		return "control-plane"
+	default:
+		return "-"
+	}
+}
