@@ -20,6 +20,7 @@ import (
 	"github.com/latchkey/latchkey/internal/localapi"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/adminapi"
+	"github.com/latchkey/latchkey/verifier/connlimit"
 	"github.com/latchkey/latchkey/verifier/keys"
 	"github.com/latchkey/latchkey/verifier/metrics"
 	"github.com/latchkey/latchkey/verifier/policy"
@@ -240,15 +241,21 @@ func (v *Verifier) gracefulStop() {
 	v.deps.Logger.Info("verifier stopped")
 }
 
+// listener is the join port (given, socket-activated or opened here),
+// bounded by the connection limits.
 func (v *Verifier) listener() (net.Listener, error) {
-	if v.deps.Listener != nil {
-		return v.deps.Listener, nil
+	lis := v.deps.Listener
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", v.cfg.Listen); err != nil {
+			return nil, fmt.Errorf("listen: %w", err)
+		}
 	}
-	lis, err := net.Listen("tcp", v.cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen: %w", err)
-	}
-	return lis, nil
+	return connlimit.Wrap(lis, connlimit.Config{
+		MaxConnections:          v.cfg.Limits.MaxConnections,
+		MaxConnectionsPerSource: v.cfg.Limits.MaxConnectionsPerSource,
+		OnRefused:               v.metrics.ConnectionRefused,
+	}), nil
 }
 
 func (v *Verifier) onReload(digest string, err error) {

@@ -52,6 +52,17 @@ type Config struct {
 	AdminSocket string `json:"adminSocket,omitempty"`
 	// JoinTimeout bounds one join (default 60s).
 	JoinTimeout Duration `json:"joinTimeout,omitempty"`
+	// Limits bound what unauthenticated clients can hold open.
+	Limits Limits `json:"limits,omitempty"`
+}
+
+// Limits bound the join port. Zero means the default; every default is
+// far above what a real fleet needs of one replica.
+type Limits struct {
+	// MaxConnections in all (default 4096).
+	MaxConnections int `json:"maxConnections,omitempty"`
+	// MaxConnectionsPerSource from one IP address (default 256).
+	MaxConnectionsPerSource int `json:"maxConnectionsPerSource,omitempty"`
 }
 
 // Kubernetes configures the token step.

@@ -57,6 +57,7 @@ type Metrics struct {
 	reloads    *prometheus.CounterVec
 	policy     *prometheus.GaugeVec
 	secret     *prometheus.GaugeVec
+	connsOver  *prometheus.CounterVec
 }
 
 // New creates the metrics, with the Go runtime and process collectors
@@ -93,8 +94,12 @@ func New() *Metrics {
 			Namespace: namespace, Name: "master_secret_info",
 			Help: "Always 1; the key_id label names the master secret and cluster salt in force (replicas that agree derive the same disk keys).",
 		}, []string{"key_id"}),
+		connsOver: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "connections_refused_total",
+			Help: "Join-port connections closed at accept because a limit was reached, by limit (total, per_source).",
+		}, []string{"limit"}),
 	}
-	m.reg.MustRegister(m.joins, m.validation, m.minted, m.revoked, m.reloads, m.policy, m.secret,
+	m.reg.MustRegister(m.joins, m.validation, m.minted, m.revoked, m.reloads, m.policy, m.secret, m.connsOver,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.initSeries()
@@ -111,6 +116,8 @@ func (m *Metrics) initSeries() {
 	m.revoked.WithLabelValues(string(RevokeAdmin))
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")
+	m.connsOver.WithLabelValues("total")
+	m.connsOver.WithLabelValues("per_source")
 }
 
 // Registry is where the collectors live, for tests and for adding
@@ -184,6 +191,18 @@ func (m *Metrics) MasterSecretLoaded(keyID string) {
 	}
 	m.secret.Reset()
 	m.secret.WithLabelValues(keyID).Set(1)
+}
+
+// ConnectionRefused counts a join-port connection closed over a limit.
+func (m *Metrics) ConnectionRefused(perSource bool) {
+	if m == nil {
+		return
+	}
+	limit := "total"
+	if perSource {
+		limit = "per_source"
+	}
+	m.connsOver.WithLabelValues(limit).Inc()
 }
 
 // PolicyReloadFailed records a reload that failed; the previous policy
