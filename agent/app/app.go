@@ -101,7 +101,7 @@ func newTickets(cfg *config.Config, issuer attest.Issuer, deps Deps) (*ticket.Cl
 		deps.Logger.Warn("verifier authentication is OFF (--insecure-skip-verifier-auth): any server can hand this node a key")
 	}
 	return ticket.New(ticket.Config{Endpoints: cfg.Verifiers, Pins: pins,
-		InsecureSkipVerifierAuth: cfg.InsecureSkipVerifierAuth, Issuer: issuer,
+		InsecureSkipVerifierAuth: cfg.InsecureSkipVerifierAuth, ServerName: cfg.VerifierName, Issuer: issuer,
 		Timeout: cfg.Timeout.Duration, Logger: deps.Logger, OnAttempt: deps.OnAttempt,
 		OnAttemptFailed: deps.OnAttemptFailed})
 }

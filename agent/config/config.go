@@ -43,6 +43,10 @@ type Config struct {
 	// VerifierPins are "sha256:<hex>" SPKI pins of the verifier's serving
 	// certificate or of the CA that signs it.
 	VerifierPins []string `json:"verifierPins,omitempty"`
+	// VerifierName is the name a verifier's certificate must be valid for
+	// when it is pinned through a CA (default: the host of each verifier
+	// address). A pinned leaf needs no name.
+	VerifierName string `json:"verifierName,omitempty"`
 	// InsecureSkipVerifierAuth accepts any verifier. Lab use only.
 	InsecureSkipVerifierAuth bool `json:"insecureSkipVerifierAuth,omitempty"`
 	// Variant is "tpm", "snp" or "auto" (default: what the machine offers).

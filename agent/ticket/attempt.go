@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync"
 
@@ -28,7 +29,7 @@ const diskKeySize = 32
 func (c *Client) attempt(ctx context.Context, endpoint string, req Request) (*latchkeyv1.Ticket, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 	defer cancel()
-	tlsCfg, pinErr := recordPinFailure(c.tls)
+	tlsCfg, pinErr := recordPinFailure(c.tlsFor(endpoint))
 	conn, err := grpc.NewClient("passthrough:///"+endpoint,
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 		// A retried stream would run on another session; the evidence is
@@ -53,6 +54,21 @@ func (c *Client) attempt(ctx context.Context, endpoint string, req Request) (*la
 		return nil, fmt.Errorf("%s: %w", endpoint, perr)
 	}
 	return nil, fromStatus(err)
+}
+
+// tlsFor is the TLS configuration for one endpoint: the pins, and the
+// verifier name a CA-pinned certificate must be valid for.
+func (c *Client) tlsFor(endpoint string) *tls.Config {
+	name := c.cfg.ServerName
+	if name == "" {
+		name, _, _ = net.SplitHostPort(endpoint)
+	}
+	cfg, err := atls.ClientConfigFor(c.cfg.Pins, c.cfg.InsecureSkipVerifierAuth, name)
+	if err != nil { // New already built one from the same pins
+		return c.tls
+	}
+	cfg.ServerName = name
+	return cfg
 }
 
 // recordPinFailure clones cfg so that a pin check failing inside this

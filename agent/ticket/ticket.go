@@ -43,7 +43,11 @@ type Config struct {
 	Pins      []atls.Pin
 	// InsecureSkipVerifierAuth accepts any verifier (lab use only).
 	InsecureSkipVerifierAuth bool
-	Issuer                   attest.Issuer
+	// ServerName is the name a verifier's certificate must be valid for
+	// when it is accepted through a pinned CA (default: the host of the
+	// endpoint being dialled). A pinned leaf needs no name.
+	ServerName string
+	Issuer     attest.Issuer
 	// Timeout bounds all attempts together (default 5m).
 	Timeout time.Duration
 	// AttemptTimeout bounds one attempt (default 30s).

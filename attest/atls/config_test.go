@@ -110,15 +110,15 @@ func pinOf(t *testing.T, c *issued) Pin {
 // handshake runs a real TLS 1.3 handshake over loopback: the server uses
 // ServerConfig with chain (chain[0]'s key signs), the client ClientConfig
 // with pins. It returns the client's and the server's handshake errors.
-func handshake(t *testing.T, chain []*issued, pins []Pin) (clientErr, serverErr error) {
+func handshake(t *testing.T, chain []*issued, pins []Pin, serverName string) (clientErr, serverErr error) {
 	t.Helper()
 	cert := tls.Certificate{PrivateKey: chain[0].key}
 	for _, c := range chain {
 		cert.Certificate = append(cert.Certificate, c.cert.Raw)
 	}
-	clientCfg, err := ClientConfig(pins, false)
+	clientCfg, err := ClientConfigFor(pins, false, serverName)
 	if err != nil {
-		t.Fatalf("ClientConfig: %v", err)
+		t.Fatalf("ClientConfigFor: %v", err)
 	}
 	return runHandshake(t, ServerConfig(cert), clientCfg)
 }
@@ -187,6 +187,9 @@ func TestPinnedHandshake(t *testing.T) {
 		wantErr string
 		// wantCause, when set, is a further substring of the error.
 		wantCause string
+		// verifierName is the name the agent expects ("verifier.test"
+		// when empty; "-" for none).
+		verifierName string
 	}{
 		{name: "leaf pinned, full chain sent", chain: []*issued{p.leaf, p.inter, p.root}, pins: []*issued{p.leaf}},
 		{name: "leaf pinned, leaf alone", chain: []*issued{p.leaf}, pins: []*issued{p.leaf}},
@@ -242,6 +245,28 @@ func TestPinnedHandshake(t *testing.T) {
 			chain: []*issued{p.expiredLeaf, p.inter},
 			pins:  []*issued{p.expiredLeaf},
 		},
+		{
+			name:         "pinned CA, leaf for another name",
+			chain:        []*issued{p.leaf, p.inter},
+			pins:         []*issued{p.inter},
+			verifierName: "other.test",
+			wantErr:      ErrPinMismatch.Error() + ": pinned CA " + pinOf(t, p.inter).String() + ` signed a leaf that is not valid for "other.test"`,
+			wantCause:    "certificate is valid for verifier.test, not other.test",
+		},
+		{
+			name:         "pinned CA, no verifier name known",
+			chain:        []*issued{p.leaf, p.inter},
+			pins:         []*issued{p.inter},
+			verifierName: "-",
+			wantErr:      ErrPinMismatch.Error() + ": pinned CA " + pinOf(t, p.inter).String() + " signed the leaf, but no verifier name is known",
+		},
+		{
+			// A pinned leaf needs no name: the key is the identity.
+			name:         "leaf pinned, another name",
+			chain:        []*issued{p.leaf, p.inter},
+			pins:         []*issued{p.leaf},
+			verifierName: "other.test",
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -249,7 +274,14 @@ func TestPinnedHandshake(t *testing.T) {
 			for _, c := range tc.pins {
 				pins = append(pins, pinOf(t, c))
 			}
-			clientErr, serverErr := handshake(t, tc.chain, pins)
+			serverName := tc.verifierName
+			switch serverName {
+			case "":
+				serverName = "verifier.test"
+			case "-":
+				serverName = ""
+			}
+			clientErr, serverErr := handshake(t, tc.chain, pins, serverName)
 			if tc.wantErr == "" {
 				if clientErr != nil || serverErr != nil {
 					t.Fatalf("handshake refused: client %v, server %v", clientErr, serverErr)
@@ -277,7 +309,7 @@ func TestPinnedHandshake(t *testing.T) {
 
 func TestVerifyPinnedEmptyChain(t *testing.T) {
 	p := newTestPKI(t)
-	err := verifyPinned(nil, []Pin{pinOf(t, p.leaf)})
+	err := verifyPinned(nil, []Pin{pinOf(t, p.leaf)}, "verifier.test")
 	if !errors.Is(err, ErrPinMismatch) || err.Error() != ErrPinMismatch.Error()+": verifier sent no certificate" {
 		t.Fatalf("verifyPinned(no chain) = %v", err)
 	}

@@ -19,7 +19,7 @@ import (
 func TestSessionBindingAgreesAcrossTheHandshake(t *testing.T) {
 	p := newTestPKI(t)
 	cert := tls.Certificate{Certificate: [][]byte{p.leaf.cert.Raw, p.inter.cert.Raw}, PrivateKey: p.leaf.key}
-	clientCfg, err := ClientConfig([]Pin{pinOf(t, p.root), pinOf(t, p.inter)}, false)
+	clientCfg, err := ClientConfigFor([]Pin{pinOf(t, p.root), pinOf(t, p.inter)}, false, "verifier.test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // line, which wins over the config file.
 type flags struct {
 	configPath                                   string
-	verifiers, pins                              string
+	verifiers, pins, verifierName                string
 	insecure, dryRun, wipe, noJoin, kubeadmDry   bool
 	kubeadm, ignorePreflight                     string
 	nodeName, role, variant, tpmDevice, diskMode string
@@ -77,6 +77,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.verifiers, "verifier", "", "verifier host:port, comma-separated (overrides latchkey.verifier= and the file)")
 	fs.StringVar(&f.pins, "pin", "", "verifier SPKI pin(s) sha256:<hex>, comma-separated")
 	fs.BoolVar(&f.insecure, "insecure-skip-verifier-auth", false, "accept any verifier (lab use only)")
+	fs.StringVar(&f.verifierName, "verifier-name", "", "name a CA-pinned verifier certificate must be valid for (default: each verifier's host)")
 	fs.StringVar(&f.nodeName, "node-name", "", "Kubernetes node name (default: host name)")
 	fs.StringVar(&f.role, "role", "", "worker or control-plane")
 	fs.StringVar(&f.variant, "variant", "", "evidence: tpm, snp or auto")
@@ -118,6 +119,9 @@ func (f *flags) apply(c *config.Config) {
 		c.VerifierPins = strings.Split(f.pins, ",")
 	}
 	c.InsecureSkipVerifierAuth = c.InsecureSkipVerifierAuth || f.insecure
+	if f.verifierName != "" {
+		c.VerifierName = f.verifierName
+	}
 	c.Disk.WipeStateDisk = c.Disk.WipeStateDisk || f.wipe
 	c.Join.DryRun = c.Join.DryRun || f.dryRun
 	c.Join.Disabled = c.Join.Disabled || f.noJoin

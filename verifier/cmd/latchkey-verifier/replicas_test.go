@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,5 +200,19 @@ func TestThreeReplicasOnePin(t *testing.T) {
 	}
 	if len(first) != 32 {
 		t.Fatalf("key is %d bytes", len(first))
+	}
+	// The CA signs the replicas for 127.0.0.1 and verifier.latchkey.test:
+	// an agent that expects another name refuses them, pin or not.
+	c, err := ticket.New(ticket.Config{Endpoints: []string{replicas[1].addr}, Pins: []atls.Pin{pin}, Issuer: iss,
+		ServerName: "elsewhere.example", Timeout: 5 * time.Second,
+		Sleep:  func(context.Context, time.Duration) error { return context.Canceled },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Get(context.Background(), ticket.Request{NodeName: "node-1",
+		DiskUUID: "6c1f0d9e-2b3a-4c5d-8e7f-9a0b1c2d3e4f", Role: latchkeyv1.Role_ROLE_WORKER})
+	if !errors.Is(err, atls.ErrPinMismatch) || !strings.Contains(err.Error(), `not valid for "elsewhere.example"`) {
+		t.Fatalf("err = %v, want a name refusal", err)
 	}
 }
