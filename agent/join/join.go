@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/execx"
@@ -75,6 +76,9 @@ type Ticket struct {
 	// CertificateKey decrypts the shared certificates. Never logged.
 	ControlPlane   bool
 	CertificateKey string
+	// CABundle is the PEM of the cluster CAs for file discovery (every
+	// certificate pinned by CACertHashes); empty means token discovery.
+	CABundle []byte
 }
 
 // TicketFrom takes the join's part of a protocol ticket.
@@ -86,6 +90,7 @@ func TicketFrom(node string, role latchkeyv1.Role, t *latchkeyv1.Ticket) Ticket 
 		CACertHashes:   append([]string(nil), t.GetCaCertHashes()...),
 		ControlPlane:   role == latchkeyv1.Role_ROLE_CONTROL_PLANE,
 		CertificateKey: t.GetCertificateKey(),
+		CABundle:       append([]byte(nil), t.GetCaBundle()...),
 	}
 }
 
@@ -119,16 +124,31 @@ func New(cfg Config) (*Joiner, error) {
 // Join runs one `kubeadm join` with t, and `kubeadm reset -f` when it
 // fails (except in dry-run mode, which changes nothing).
 func (j *Joiner) Join(ctx context.Context, t Ticket) error {
-	cfgYAML, err := j.Render(t)
+	path, err := j.newConfigPath()
+	if err != nil {
+		return err
+	}
+	cfgYAML, err := j.render(t, j.discoveryPath(path), false)
 	if err != nil {
 		return err
 	}
 	defer clear(cfgYAML)
-	path, err := j.writeConfig(cfgYAML)
-	if err != nil {
+	if err := j.writeFile(path, cfgYAML); err != nil {
 		return err
 	}
 	defer j.removeConfig(path)
+	if len(t.CABundle) > 0 {
+		// The discovery kubeconfig holds no secret (the CA bundle and the
+		// endpoint), but it is written 0600 and removed like the rest.
+		kc, err := discoveryKubeconfig(t)
+		if err != nil {
+			return err
+		}
+		if err := j.writeFile(j.discoveryPath(path), kc); err != nil {
+			return err
+		}
+		defer j.removeConfig(j.discoveryPath(path))
+	}
 	env, cleanup, err := j.dryRunEnv()
 	if err != nil {
 		return err
@@ -211,19 +231,30 @@ func logLines(log *slog.Logger, cmd, stream string, out []byte) {
 	}
 }
 
-// writeConfig writes the configuration to a fresh 0600 file in Dir.
-func (j *Joiner) writeConfig(data []byte) (string, error) {
-	if err := os.MkdirAll(j.cfg.Dir, 0o700); err != nil {
-		return "", fmt.Errorf("join: create %s: %w", j.cfg.Dir, err)
-	}
+// newConfigPath draws the random name of this join's files: the
+// JoinConfiguration and, beside it (discoveryPath), the discovery
+// kubeconfig it names.
+func (j *Joiner) newConfigPath() (string, error) {
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return "", fmt.Errorf("join: %w", err)
 	}
-	path := filepath.Join(j.cfg.Dir, "kubeadm-join-"+hex.EncodeToString(rnd[:])+".yaml")
+	return filepath.Join(j.cfg.Dir, "kubeadm-join-"+hex.EncodeToString(rnd[:])+".yaml"), nil
+}
+
+// discoveryPath is the discovery kubeconfig beside the config at path.
+func (j *Joiner) discoveryPath(path string) string {
+	return strings.TrimSuffix(path, ".yaml") + "-discovery.conf"
+}
+
+// writeFile writes data to a new 0600 file.
+func (j *Joiner) writeFile(path string, data []byte) error {
+	if err := os.MkdirAll(j.cfg.Dir, 0o700); err != nil {
+		return fmt.Errorf("join: create %s: %w", j.cfg.Dir, err)
+	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", fmt.Errorf("join: %w", err)
+		return fmt.Errorf("join: %w", err)
 	}
 	_, werr := f.Write(data)
 	if cerr := f.Close(); werr == nil {
@@ -231,9 +262,9 @@ func (j *Joiner) writeConfig(data []byte) (string, error) {
 	}
 	if werr != nil {
 		j.removeConfig(path)
-		return "", fmt.Errorf("join: write %s: %w", path, werr)
+		return fmt.Errorf("join: write %s: %w", path, werr)
 	}
-	return path, nil
+	return nil
 }
 
 func (j *Joiner) removeConfig(path string) {

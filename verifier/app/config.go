@@ -76,7 +76,13 @@ type Kubernetes struct {
 	CACertHashes []string `json:"caCertHashes,omitempty"`
 	// TokenTTL is the bootstrap token lifetime (default 30m).
 	TokenTTL Duration `json:"tokenTTL,omitempty"`
-	// JWSWait bounds the wait for cluster-info's signature (default 30s).
+	// Discovery is how agents find and trust the API server: "file"
+	// (default: the ticket carries the CA bundle, tokens are for
+	// authentication only) or "token" (kubeadm's token discovery: signing
+	// tokens and a wait for their JWS on cluster-info).
+	Discovery string `json:"discovery,omitempty"`
+	// JWSWait bounds the wait for cluster-info's signature (default 30s);
+	// token discovery only.
 	JWSWait Duration `json:"jwsWait,omitempty"`
 	// CertificatesDir is the control plane's PKI directory (kubeadm's
 	// /etc/kubernetes/pki) whose shared certificates a control-plane join
@@ -130,6 +136,9 @@ func (c *Config) Validate() error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("tlsCert and tlsKey must be set together")
+	}
+	if k := c.Kubernetes; k != nil && k.Discovery != "" && k.Discovery != "file" && k.Discovery != "token" {
+		return fmt.Errorf("kubernetes.discovery %q: want file or token", k.Discovery)
 	}
 	return nil
 }

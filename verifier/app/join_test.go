@@ -8,10 +8,19 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -113,7 +122,7 @@ func startRig(t testing.TB, sim *tpmtest.Simulator, cfg *app.Config) *rig {
 	t.Helper()
 	r := &rig{sim: sim, client: signingClientset(t), logs: &lockedBuffer{}}
 	minter, err := token.NewKube(token.KubeConfig{Client: r.client, Endpoints: []string{"10.96.0.1:6443"},
-		CACertHashes: []string{"sha256:" + strings.Repeat("ab", 32)}, SignatureWait: 5 * time.Second,
+		CACertHashes: []string{testClusterCA.pin}, SignatureWait: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(r.logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -147,13 +156,38 @@ func startAssembled(t testing.TB, r *rig, cfg *app.Config, minter token.Minter) 
 	r.addr, r.pin = lis.Addr().String(), pinOf(t, cert.Certificate[0])
 }
 
+// testClusterCA is the cluster CA the fake cluster-info publishes, as
+// kubeadm does: a kubeconfig naming the API server with the CA bundle.
+var testClusterCA = newTestClusterCA()
+
+type clusterCA struct {
+	pem, clusterInfo, pin string
+}
+
+func newTestClusterCA() clusterCA {
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		panic(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	p := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	info := "apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n    server: https://10.96.0.1:6443\n" +
+		"    certificate-authority-data: " + base64.StdEncoding.EncodeToString(p) + "\n"
+	return clusterCA{pem: string(p), clusterInfo: info, pin: "sha256:" + hex.EncodeToString(sum[:])}
+}
+
 // signingClientset is a fake clientset with a kubeadm-style cluster-info
 // and a stand-in for the bootstrap signer: creating a token Secret signs
 // cluster-info with it, as kube-controller-manager would.
 func signingClientset(t testing.TB) *fake.Clientset {
 	t.Helper()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: bootstrapapi.ConfigMapClusterInfo, Namespace: metav1.NamespacePublic},
-		Data: map[string]string{bootstrapapi.KubeConfigKey: "apiVersion: v1\nkind: Config\n"}}
+		Data: map[string]string{bootstrapapi.KubeConfigKey: testClusterCA.clusterInfo}}
 	c := fake.NewClientset(cm)
 	c.PrependReactor("create", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		s := a.(k8stesting.CreateAction).GetObject().(*corev1.Secret)
@@ -240,6 +274,9 @@ func TestTPMJoinEndToEnd(t *testing.T) {
 	}
 	if len(first.DiskKey) != 32 || first.Token == "" || first.ApiServerEndpoints[0] != "10.96.0.1:6443" {
 		t.Fatalf("ticket: key %d bytes, token set %v, endpoints %v", len(first.DiskKey), first.Token != "", first.ApiServerEndpoints)
+	}
+	if string(first.CaBundle) != testClusterCA.pem {
+		t.Fatalf("ticket CA bundle for file discovery:\n%s\nwant\n%s", first.CaBundle, testClusterCA.pem)
 	}
 	secrets := r.tokenSecrets(t)
 	if len(secrets) != 1 || secrets[0].Name != "bootstrap-token-"+first.Token[:6] {

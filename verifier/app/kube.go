@@ -26,7 +26,7 @@ func newKubeMinter(k *Kubernetes, log *slog.Logger) (kubernetes.Interface, token
 	}
 	m, err := token.NewKube(token.KubeConfig{Client: client, Logger: log, TTL: k.TokenTTL.Duration,
 		SignatureWait: k.JWSWait.Duration, Endpoints: k.APIServerEndpoints, CACertHashes: k.CACertHashes,
-		CertificatesDir: k.CertificatesDir})
+		CertificatesDir: k.CertificatesDir, TokenDiscovery: k.Discovery == "token"})
 	return client, m, err
 }
 

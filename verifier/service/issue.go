@@ -61,6 +61,7 @@ func buildTicket(key []byte, g *token.Grant) *latchkeyv1.Ticket {
 		t.CaCertHashes = g.CACertHashes
 		t.TokenExpiryUnix = g.Expiry.Unix()
 		t.CertificateKey = g.CertificateKey
+		t.CaBundle = g.CABundle
 	}
 	return t
 }

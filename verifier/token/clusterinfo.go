@@ -2,10 +2,12 @@ package token
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -87,6 +89,7 @@ func watchSigned(ctx context.Context, c kubernetes.Interface, rv, id, secret str
 type clusterInfo struct {
 	endpoints []string
 	caHashes  []string
+	bundle    []byte // PEM, as published
 }
 
 // parseClusterInfo reads the API server endpoint and the SPKI pins of
@@ -114,6 +117,7 @@ func parseClusterInfo(cm *corev1.ConfigMap) (clusterInfo, error) {
 		if info.caHashes, err = bundlePins(cl.CertificateAuthorityData); err != nil {
 			return clusterInfo{}, err
 		}
+		info.bundle = cl.CertificateAuthorityData
 	}
 	return info, nil
 }
@@ -147,4 +151,24 @@ func bundlePins(pemData []byte) ([]string, error) {
 		}
 	}
 	return pins, nil
+}
+
+// pinnedBundle returns, as PEM, the certificates of bundle whose SPKI pin
+// is one of pins: the agent accepts a bundle only if every certificate in
+// it is pinned, so a configured pin list narrows what the ticket carries.
+func pinnedBundle(bundle []byte, pins []string) ([]byte, error) {
+	certs, err := certutil.ParseCertsPEM(bundle)
+	if err != nil {
+		return nil, fmt.Errorf("parse cluster CA bundle: %w", err)
+	}
+	var out []byte
+	for _, c := range certs {
+		if slices.Contains(pins, pubkeypin.Hash(c)) {
+			out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no certificate of cluster-info's CA bundle matches the configured CA cert hashes")
+	}
+	return out, nil
 }

@@ -154,7 +154,7 @@ func (e k8sEnv) dryRunJoin(t *testing.T, node string, g *Grant, discovery time.D
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk := join.Ticket{NodeName: node, Endpoints: g.Endpoints, Token: g.Token, CACertHashes: g.CACertHashes}
+	tk := join.Ticket{NodeName: node, Endpoints: g.Endpoints, Token: g.Token, CACertHashes: g.CACertHashes, CABundle: g.CABundle}
 	ctx, cancel := context.WithTimeout(context.Background(), discovery+time.Minute)
 	defer cancel()
 	err = j.Join(ctx, tk)

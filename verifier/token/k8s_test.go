@@ -12,7 +12,9 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"k8s.io/kubernetes/cmd/kubeadm/app/util/pubkeypin"
 	"log/slog"
+	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -67,11 +69,80 @@ func secretGone(ctx context.Context, c kubernetes.Interface, name string) error 
 	})
 }
 
-// A worker token minted with the verifier's narrow credential passes the
-// real kubeadm's discovery: token, JWS signature and CA pin.
-func TestK8sWorkerJoinDiscovery(t *testing.T) {
+// The default: an authentication-only token and the ticket's CA bundle
+// pass the real kubeadm's file discovery, and cluster-info is never
+// signed with (or rewritten for) the token.
+func TestK8sWorkerJoinFileDiscovery(t *testing.T) {
 	env := loadK8sEnv(t)
 	k := env.minter(t, nil)
+	before := clusterInfoRV(t, env)
+	g, err := k.Mint(context.Background(), workerReq("worker-file"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Revoke(context.Background(), g.ID)
+	if len(g.CABundle) == 0 {
+		t.Fatal("a file-discovery grant carries no CA bundle")
+	}
+	out, err := env.dryRunJoin(t, "worker-file", g, 20*time.Second)
+	t.Logf("kubeadm join --dry-run: err=%v\n%s", err, out)
+	if !strings.Contains(out, discoveryOK) {
+		t.Fatalf("kubeadm file discovery did not pass with the ticket's bundle (err %v)", err)
+	}
+	cm, err := env.admin(t).CoreV1().ConfigMaps("kube-public").Get(context.Background(), "cluster-info", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, signed := cm.Data["jws-kubeconfig-"+g.ID]; signed || cm.ResourceVersion != before {
+		t.Fatalf("cluster-info changed for an authentication-only token (signed %v, resourceVersion %s -> %s)", signed, before, cm.ResourceVersion)
+	}
+}
+
+// A ticket whose bundle is not the cluster's CA fails kubeadm's TLS check.
+func TestK8sFileDiscoveryWrongBundleRefused(t *testing.T) {
+	env := loadK8sEnv(t)
+	k := env.minter(t, nil)
+	g, err := k.Mint(context.Background(), workerReq("wrong-bundle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Revoke(context.Background(), g.ID)
+	other, pin := selfSignedCA(t)
+	g.CABundle, g.CACertHashes = other, []string{pin}
+	out, err := env.dryRunJoin(t, "wrong-bundle", g, 10*time.Second)
+	if err == nil || !strings.Contains(out, "x509: certificate signed by unknown authority") {
+		t.Fatalf("err %v, output:\n%s", err, out)
+	}
+}
+
+func clusterInfoRV(t *testing.T, env k8sEnv) string {
+	t.Helper()
+	cm, err := env.admin(t).CoreV1().ConfigMaps("kube-public").Get(context.Background(), "cluster-info", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm.ResourceVersion
+}
+
+func selfSignedCA(t *testing.T) ([]byte, string) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "not the cluster"}, IsCA: true,
+		BasicConstraintsValid: true, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := x509.ParseCertificate(der)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pubkeypin.Hash(c)
+}
+
+// Token discovery (kubernetes.discovery: token): a signing token minted
+// with the verifier's narrow credential passes the real kubeadm's token
+// discovery: token, JWS signature and CA pin.
+func TestK8sWorkerJoinDiscovery(t *testing.T) {
+	env := loadK8sEnv(t)
+	k := env.minter(t, tokenDiscovery)
 	g, err := k.Mint(context.Background(), workerReq("worker-1"))
 	if err != nil {
 		t.Fatal(err)
@@ -92,12 +163,15 @@ func TestK8sWorkerJoinDiscovery(t *testing.T) {
 // phase that follows it).
 const discoveryOK = "[preflight] Reading configuration from the \"kubeadm-config\" ConfigMap"
 
-// The real kubeadm refuses a wrong CA pin, a deleted token and an expired
-// token, each for its own reason.
+// tokenDiscovery sets a minter up for kubeadm's token discovery.
+func tokenDiscovery(c *KubeConfig) { c.TokenDiscovery = true }
+
+// With token discovery, the real kubeadm refuses a wrong CA pin, a deleted
+// token and an expired token, each for its own reason.
 func TestK8sRefusals(t *testing.T) {
 	env := loadK8sEnv(t)
 	t.Run("wrong CA hash", func(t *testing.T) {
-		k := env.minter(t, nil)
+		k := env.minter(t, tokenDiscovery)
 		g, err := k.Mint(context.Background(), workerReq("wrong-pin"))
 		if err != nil {
 			t.Fatal(err)
@@ -110,7 +184,7 @@ func TestK8sRefusals(t *testing.T) {
 		}
 	})
 	t.Run("deleted token", func(t *testing.T) {
-		k := env.minter(t, nil)
+		k := env.minter(t, tokenDiscovery)
 		g, err := k.Mint(context.Background(), workerReq("deleted"))
 		if err != nil {
 			t.Fatal(err)
@@ -125,7 +199,7 @@ func TestK8sRefusals(t *testing.T) {
 		}
 	})
 	t.Run("expired token", func(t *testing.T) {
-		k := env.minter(t, func(c *KubeConfig) { c.TTL = 3 * time.Second })
+		k := env.minter(t, func(c *KubeConfig) { c.TokenDiscovery, c.TTL = true, 3*time.Second })
 		g, err := k.Mint(context.Background(), workerReq("expired"))
 		if err != nil {
 			t.Fatal(err)
@@ -198,6 +272,7 @@ func TestK8sSignatureTimeoutDeletesToken(t *testing.T) {
 	env := loadK8sEnv(t)
 	var minted string
 	k := env.minter(t, func(c *KubeConfig) {
+		c.TokenDiscovery = true
 		c.SignatureWait = time.Nanosecond
 		c.Rand = &recordingRand{id: &minted}
 	})

@@ -62,6 +62,12 @@ type KubeConfig struct {
 	// CACertHashes are the "sha256:<hex>" CA pins a ticket names; when
 	// empty, the pins of every CA in cluster-info's trust bundle.
 	CACertHashes []string
+	// TokenDiscovery mints signing tokens and waits for their JWS on
+	// cluster-info, for agents that run kubeadm's token discovery. By
+	// default tokens are for authentication only and the ticket carries
+	// the CA bundle for file discovery: no cluster-info rewrite per node,
+	// no signature wait.
+	TokenDiscovery bool
 	// CertificatesDir is the control plane's PKI directory (kubeadm's
 	// /etc/kubernetes/pki), whose shared certificates a control-plane
 	// token's ticket may fetch. Empty refuses control-plane tokens.
@@ -114,8 +120,9 @@ func bundlePinsFromConfig(pins []string) ([]string, error) {
 }
 
 // Mint writes a bootstrap token for req, uploads the control-plane
-// certificates for a control-plane request, and waits until cluster-info
-// is signed with the token. Any failure after the Secret was written
+// certificates for a control-plane request, and reads what discovery
+// needs from cluster-info (with TokenDiscovery, once it is signed with
+// the token). Any failure after the Secret was written
 // deletes it again, so a failed mint leaves nothing behind.
 func (k *Kube) Mint(ctx context.Context, req Request) (*Grant, error) {
 	if err := validateRequest(req); err != nil {
@@ -152,7 +159,7 @@ func (k *Kube) createSecret(ctx context.Context, req Request, expiry time.Time) 
 		if err != nil {
 			return nil, "", err
 		}
-		created, err := secrets.Create(ctx, bootstrapSecret(id, secret, req, expiry), metav1.CreateOptions{})
+		created, err := secrets.Create(ctx, bootstrapSecret(id, secret, req, expiry, k.cfg.TokenDiscovery), metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			continue
 		}
@@ -175,6 +182,47 @@ func (k *Kube) complete(ctx context.Context, created *corev1.Secret, id, secret 
 		}
 		g.CertificateKey = key
 	}
+	cm, err := k.clusterInfo(ctx, id, secret)
+	if err != nil {
+		return nil, err
+	}
+	g.Endpoints, g.CACertHashes = k.cfg.Endpoints, k.cfg.CACertHashes
+	var info clusterInfo
+	if !k.cfg.TokenDiscovery || len(g.Endpoints) == 0 || len(g.CACertHashes) == 0 {
+		if info, err = parseClusterInfo(cm); err != nil {
+			return nil, err
+		}
+	}
+	if len(g.Endpoints) == 0 {
+		g.Endpoints = info.endpoints
+	}
+	if len(g.CACertHashes) == 0 {
+		g.CACertHashes = info.caHashes
+	}
+	if len(g.CACertHashes) == 0 {
+		return nil, errors.New("cluster-info publishes no CA certificate")
+	}
+	if !k.cfg.TokenDiscovery {
+		if g.CABundle, err = pinnedBundle(info.bundle, g.CACertHashes); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// clusterInfo reads cluster-info: at once for file discovery, or once the
+// bootstrap signer has signed it with this token for token discovery.
+func (k *Kube) clusterInfo(ctx context.Context, id, secret string) (*corev1.ConfigMap, error) {
+	if !k.cfg.TokenDiscovery {
+		// ResourceVersion "0" is served from the API server's watch cache:
+		// a storm of joins costs etcd nothing.
+		cm, err := k.cfg.Client.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx,
+			bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{ResourceVersion: "0"})
+		if err != nil {
+			return nil, fmt.Errorf("read cluster-info: %w", err)
+		}
+		return cm, nil
+	}
 	wctx, cancel := context.WithTimeout(ctx, k.cfg.SignatureWait)
 	defer cancel()
 	cm, err := waitSigned(wctx, k.cfg.Client, id, secret)
@@ -184,23 +232,7 @@ func (k *Kube) complete(ctx context.Context, created *corev1.Secret, id, secret 
 		}
 		return nil, fmt.Errorf("wait for cluster-info signature: %w", err)
 	}
-	g.Endpoints, g.CACertHashes = k.cfg.Endpoints, k.cfg.CACertHashes
-	if len(g.Endpoints) == 0 || len(g.CACertHashes) == 0 {
-		info, err := parseClusterInfo(cm)
-		if err != nil {
-			return nil, err
-		}
-		if len(g.Endpoints) == 0 {
-			g.Endpoints = info.endpoints
-		}
-		if len(g.CACertHashes) == 0 {
-			g.CACertHashes = info.caHashes
-		}
-	}
-	if len(g.CACertHashes) == 0 {
-		return nil, errors.New("cluster-info publishes no CA certificate")
-	}
-	return g, nil
+	return cm, nil
 }
 
 // rollback deletes a token whose mint failed after the Secret was written.

@@ -1,9 +1,11 @@
 package token
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"log/slog"
 	"os"
@@ -104,7 +106,6 @@ func TestMintWorkerSecretShape(t *testing.T) {
 			"token-secret":                   []byte("cdefghijklmnopqr"),
 			"expiration":                     []byte("2026-11-29T12:30:00Z"),
 			"usage-bootstrap-authentication": []byte("true"),
-			"usage-bootstrap-signing":        []byte("true"),
 			"auth-extra-groups":              []byte("system:bootstrappers:latchkey,system:bootstrappers:latchkey:node:" + NodeHash("node-a.example")),
 			"description":                    []byte("latchkey worker token for node node-a.example, evidence " + testDigest),
 		},
@@ -118,6 +119,54 @@ func TestMintWorkerSecretShape(t *testing.T) {
 	}
 	if !reflect.DeepEqual(g.Endpoints, []string{"10.0.0.1:6443"}) || !reflect.DeepEqual(g.CACertHashes, []string{pin(t, fc, 0)}) {
 		t.Fatalf("endpoints %v hashes %v", g.Endpoints, g.CACertHashes)
+	}
+	wantBundle := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: fc.cas[0].Raw})
+	if !bytes.Equal(g.CABundle, wantBundle) {
+		t.Fatalf("ticket CA bundle\n%s\nwant\n%s", g.CABundle, wantBundle)
+	}
+}
+
+// Token discovery (the legacy mode) mints signing tokens, waits for the
+// JWS and sends no bundle.
+func TestMintTokenDiscoverySigningToken(t *testing.T) {
+	fc := newFakeCluster(t, "https://10.0.0.1:6443", 1, signOnCreate)
+	g, err := newTestKube(t, fc, func(c *KubeConfig) { c.TokenDiscovery = true }).Mint(context.Background(), workerReq("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := fc.secrets(t)[0]
+	if string(s.Data["usage-bootstrap-signing"]) != "true" || g.CABundle != nil {
+		t.Fatalf("signing usage %q, bundle %d bytes", s.Data["usage-bootstrap-signing"], len(g.CABundle))
+	}
+}
+
+// File discovery never waits for a signature: a cluster whose signer
+// never signs still gets its tokens at once.
+func TestMintFileDiscoveryNeedsNoSignature(t *testing.T) {
+	fc := newFakeCluster(t, "https://cp.example:6443", 2, signNever)
+	g, err := newTestKube(t, fc, func(c *KubeConfig) { c.SignatureWait = time.Hour }).Mint(context.Background(), workerReq("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(g.CABundle), "BEGIN CERTIFICATE"); n != 2 {
+		t.Fatalf("bundle holds %d certificates, want both CAs of the rotation", n)
+	}
+}
+
+// A configured pin list narrows the bundle; a pin list that matches no
+// CA of cluster-info is refused rather than sending an unusable ticket.
+func TestMintFileDiscoveryBundleFollowsConfiguredPins(t *testing.T) {
+	fc := newFakeCluster(t, "https://cp.example:6443", 2, signNever)
+	g, err := newTestKube(t, fc, func(c *KubeConfig) { c.CACertHashes = []string{pin(t, fc, 1)} }).Mint(context.Background(), workerReq("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: fc.cas[1].Raw}); !bytes.Equal(g.CABundle, want) {
+		t.Fatalf("bundle is not just the pinned CA:\n%s", g.CABundle)
+	}
+	_, err = newTestKube(t, fc, func(c *KubeConfig) { c.CACertHashes = []string{"sha256:" + strings.Repeat("ab", 32)} }).Mint(context.Background(), workerReq("n2"))
+	if err == nil || !strings.Contains(err.Error(), "no certificate of cluster-info's CA bundle matches the configured CA cert hashes") {
+		t.Fatalf("err = %v", err)
 	}
 }
 
@@ -180,6 +229,7 @@ func TestMintConfiguredEndpointsAndPins(t *testing.T) {
 	fc := newFakeCluster(t, "https://cp.example:6443", 1, signOnCreate)
 	pins := []string{"sha256:" + strings.Repeat("ab", 32)}
 	k := newTestKube(t, fc, func(c *KubeConfig) {
+		c.TokenDiscovery = true // file discovery also needs the pinned CA in cluster-info
 		c.Endpoints = []string{"lb.example:443", "10.1.1.1:6443"}
 		c.CACertHashes = pins
 	})
@@ -205,7 +255,7 @@ func TestNewKubeRefusesBadPin(t *testing.T) {
 
 func TestMintWaitsForSignatureThroughWatch(t *testing.T) {
 	fc := newFakeCluster(t, "https://cp.example:6443", 1, signOnWatch)
-	g, err := newTestKube(t, fc, nil).Mint(context.Background(), workerReq("n1"))
+	g, err := newTestKube(t, fc, func(c *KubeConfig) { c.TokenDiscovery = true }).Mint(context.Background(), workerReq("n1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +267,7 @@ func TestMintWaitsForSignatureThroughWatch(t *testing.T) {
 func TestMintSignatureTimeoutDeletesToken(t *testing.T) {
 	for _, mode := range []signMode{signNever, signWrongSecret} {
 		fc := newFakeCluster(t, "https://cp.example:6443", 1, mode)
-		k := newTestKube(t, fc, func(c *KubeConfig) { c.SignatureWait = 100 * time.Millisecond })
+		k := newTestKube(t, fc, func(c *KubeConfig) { c.TokenDiscovery, c.SignatureWait = true, 100*time.Millisecond })
 		g, err := k.Mint(context.Background(), workerReq("n1"))
 		if !errors.Is(err, ErrNotSigned) || g != nil {
 			t.Fatalf("mode %d: grant %v err %v, want ErrNotSigned", mode, g, err)

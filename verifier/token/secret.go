@@ -136,8 +136,12 @@ func groupsFor(req Request) []string {
 }
 
 // bootstrapSecret builds the kubeadm-style bootstrap-token Secret.
-func bootstrapSecret(id, secret string, req Request, expiry time.Time) *corev1.Secret {
-	return &corev1.Secret{
+// bootstrapSecret is the token Secret. A token for file discovery is for
+// authentication only: without the signing usage the bootstrap signer
+// never adds it to cluster-info, so cluster-info is not rewritten per
+// node (at 10,000 live signing tokens it passes etcd's request limit).
+func bootstrapSecret(id, secret string, req Request, expiry time.Time, signing bool) *corev1.Secret {
+	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      bootstrapapi.BootstrapTokenSecretPrefix + id,
 			Namespace: metav1.NamespaceSystem,
@@ -157,11 +161,14 @@ func bootstrapSecret(id, secret string, req Request, expiry time.Time) *corev1.S
 			bootstrapapi.BootstrapTokenSecretKey:           []byte(secret),
 			bootstrapapi.BootstrapTokenExpirationKey:       []byte(expiry.UTC().Format(time.RFC3339)),
 			bootstrapapi.BootstrapTokenUsageAuthentication: []byte("true"),
-			bootstrapapi.BootstrapTokenUsageSigningKey:     []byte("true"),
 			bootstrapapi.BootstrapTokenExtraGroupsKey:      []byte(strings.Join(groupsFor(req), ",")),
 			bootstrapapi.BootstrapTokenDescriptionKey:      []byte(description(req)),
 		},
 	}
+	if signing {
+		s.Data[bootstrapapi.BootstrapTokenUsageSigningKey] = []byte("true")
+	}
+	return s
 }
 
 func description(req Request) string {

@@ -36,6 +36,9 @@ type Grant struct {
 	// CertificateKey is the kubeadm certificate key, control-plane only.
 	// Never logged.
 	CertificateKey string
+	// CABundle is the PEM of the pinned cluster CAs, for file discovery
+	// (empty with token discovery).
+	CABundle []byte
 }
 
 // Minter mints and revokes bootstrap tokens. A nil Minter in the verifier

@@ -514,8 +514,14 @@ type Ticket struct {
 	TokenExpiryUnix int64 `protobuf:"varint,5,opt,name=token_expiry_unix,json=tokenExpiryUnix,proto3" json:"token_expiry_unix,omitempty"`
 	// The kubeadm certificate key, for a control-plane join only.
 	CertificateKey string `protobuf:"bytes,6,opt,name=certificate_key,json=certificateKey,proto3" json:"certificate_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// PEM of the cluster's CA certificates (two during a CA rotation), for
+	// kubeadm's file discovery: the ticket arrives over the attested, pinned
+	// session, so discovery needs no cluster-info signature. Every
+	// certificate's SPKI pin is in ca_cert_hashes. Empty from a verifier set
+	// up for token discovery.
+	CaBundle      []byte `protobuf:"bytes,7,opt,name=ca_bundle,json=caBundle,proto3" json:"ca_bundle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Ticket) Reset() {
@@ -588,6 +594,13 @@ func (x *Ticket) GetCertificateKey() string {
 		return x.CertificateKey
 	}
 	return ""
+}
+
+func (x *Ticket) GetCaBundle() []byte {
+	if x != nil {
+		return x.CaBundle
+	}
+	return nil
 }
 
 // TicketAck tells the verifier that the agent holds the ticket. Until it
@@ -1075,14 +1088,15 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\tChallenge\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\"-\n" +
 	"\x11ChallengeResponse\x12\x18\n" +
-	"\apayload\x18\x01 \x01(\fR\apayload\"\xe6\x01\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\"\x83\x02\n" +
 	"\x06Ticket\x12\x19\n" +
 	"\bdisk_key\x18\x01 \x01(\fR\adiskKey\x120\n" +
 	"\x14api_server_endpoints\x18\x02 \x03(\tR\x12apiServerEndpoints\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\tR\x05token\x12$\n" +
 	"\x0eca_cert_hashes\x18\x04 \x03(\tR\fcaCertHashes\x12*\n" +
 	"\x11token_expiry_unix\x18\x05 \x01(\x03R\x0ftokenExpiryUnix\x12'\n" +
-	"\x0fcertificate_key\x18\x06 \x01(\tR\x0ecertificateKey\"\v\n" +
+	"\x0fcertificate_key\x18\x06 \x01(\tR\x0ecertificateKey\x12\x1b\n" +
+	"\tca_bundle\x18\a \x01(\fR\bcaBundle\"\v\n" +
 	"\tTicketAck\"\xcb\x01\n" +
 	"\fAgentMessage\x12*\n" +
 	"\x05hello\x18\x01 \x01(\v2\x12.latchkey.v1.HelloH\x00R\x05hello\x12O\n" +
