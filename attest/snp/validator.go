@@ -324,6 +324,11 @@ type State struct {
 	ReportID           []byte
 }
 
+var _ attest.State = (*State)(nil)
+
+// Variant is VARIANT_SNP; it makes *State an attest.State.
+func (*State) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_SNP }
+
 // identity names a chip for humans: "chip:" and the first 8 bytes of
 // CHIP_ID in hex, or "chip:masked" when the host masks it.
 func identity(chipID []byte) string {
