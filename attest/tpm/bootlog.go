@@ -112,18 +112,24 @@ func verifyBoot(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 	}
 	b = &Boot{}
 	var fwOnly []register.MR
+	var joint []int
 	for _, p := range touched {
 		if _, both := sdByPCR[p]; both || p == pcrKernel {
-			if err := replayJoint(b, p, pcrs[p], byPCR[p], sdByPCR[p]); err != nil {
-				return nil, err
-			}
+			joint = append(joint, p)
 			continue
 		}
 		fwOnly = append(fwOnly, register.PCR{Index: p, Digest: pcrs[p], DigestAlg: crypto.SHA256})
 	}
+	// Firmware-only PCRs first: they are the lower ones (0-7), so the
+	// refusal names the earliest component that differs.
 	events, err := el.Verify(fwOnly)
 	if err != nil {
 		return nil, replayRefusal(fwOnly, byPCR)
+	}
+	for _, p := range joint {
+		if err := replayJoint(b, p, pcrs[p], byPCR[p], sdByPCR[p]); err != nil {
+			return nil, err
+		}
 	}
 	if err := b.extractFirmware(events); err != nil {
 		return nil, err
@@ -280,7 +286,7 @@ func (b *Boot) extractFirmware(events []tcg.Event) error {
 		if err != nil {
 			return mismatch("pcr 0: %w", err)
 		}
-		b.Firmware = decodeText(ps.GetScrtmVersionId())
+		b.Firmware = strings.TrimRight(decodeText(ps.GetScrtmVersionId()), "\x00")
 	}
 	if has(events, pcrBootApps) {
 		efi, err := extract.EfiState(crypto.SHA256, events, extract.TPMRegisterConfig, extract.Opts{})

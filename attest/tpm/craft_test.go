@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-tpm/tpm2"
 
 	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -73,16 +74,37 @@ func akPublicOf(k *ecdsa.PrivateKey, restricted bool) []byte {
 // evidence builds a quote of PCR 0 (all zeros) carrying binding, signed
 // by the crafted key.
 func (c *crafted) evidence(t testing.TB, binding []byte) []byte {
+	return c.evidenceWith(t, binding, craftOpts{pcrs: map[int][32]byte{0: {}}})
+}
+
+// craftOpts is what a crafted quote covers and the logs it carries.
+type craftOpts struct {
+	pcrs        map[int][32]byte
+	fw, sd, sig []byte
+}
+
+// evidenceWith builds a quote of o.pcrs carrying binding, signed by the
+// crafted key, with o's logs: what a TPM whose PCRs hold o.pcrs would
+// produce.
+func (c *crafted) evidenceWith(t testing.TB, binding []byte, o craftOpts) []byte {
 	t.Helper()
-	pcr0 := make([]byte, 32)
-	digest := sha256.Sum256(pcr0)
+	sel := make([]byte, 3)
+	var concat []byte
+	wire := map[uint32][]byte{}
+	for _, idx := range tpmtest.Indices(o.pcrs) {
+		v := o.pcrs[idx]
+		sel[idx/8] |= 1 << (idx % 8)
+		concat = append(concat, v[:]...)
+		wire[uint32(idx)] = v[:]
+	}
+	digest := sha256.Sum256(concat)
 	quote := tpm2.Marshal(tpm2.TPMSAttest{
 		Magic:     tpm2.TPMGeneratedValue,
 		Type:      tpm2.TPMSTAttestQuote,
 		ExtraData: tpm2.TPM2BData{Buffer: binding},
 		Attested: tpm2.NewTPMUAttest(tpm2.TPMSTAttestQuote, &tpm2.TPMSQuoteInfo{
 			PCRSelect: tpm2.TPMLPCRSelection{PCRSelections: []tpm2.TPMSPCRSelection{
-				{Hash: tpm2.TPMAlgSHA256, PCRSelect: []byte{1, 0, 0}},
+				{Hash: tpm2.TPMAlgSHA256, PCRSelect: sel},
 			}},
 			PCRDigest: tpm2.TPM2BDigest{Buffer: digest[:]},
 		}),
@@ -101,7 +123,8 @@ func (c *crafted) evidence(t testing.TB, binding []byte) []byte {
 		}),
 	})
 	return mustMarshal(t, &latchkeyv1.TPMEvidence{
-		AkPublic: c.akPublic, Quote: quote, Signature: sig, Pcrs: map[uint32][]byte{0: pcr0},
+		AkPublic: c.akPublic, Quote: quote, Signature: sig, Pcrs: wire,
+		FirmwareEventLog: o.fw, SystemdEventLog: o.sd, PcrSignature: o.sig,
 	})
 }
 

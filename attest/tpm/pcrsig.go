@@ -24,8 +24,9 @@ import (
 // One entry per boot phase. Entries are claims until a policy key verifies
 // them (checkPCR11Signature); the evidence digest covers them.
 type PCR11Signature struct {
-	// KeyFingerprint (pkfp) is SHA-256 of the signing key's DER
-	// SubjectPublicKeyInfo.
+	// KeyFingerprint (pkfp) is SHA-256 of the signing key as OpenSSL's
+	// i2d_PublicKey encodes it (systemd's pubkey_fingerprint): the PKCS#1
+	// RSAPublicKey DER, or an EC key's uncompressed point.
 	KeyFingerprint [sha256.Size]byte
 	// PolicyDigest (pol) is the TPM2_PolicyPCR digest of PCR 11 holding
 	// the value signed for (PolicyPCRDigest).
@@ -114,16 +115,23 @@ func compileSigner(pemText string) (pcrSigner, error) {
 	if err != nil {
 		return pcrSigner{}, fmt.Errorf("parse public key: %w", err)
 	}
+	var raw []byte
 	switch k := key.(type) {
 	case *rsa.PublicKey:
 		if k.N.BitLen() < 2048 {
 			return pcrSigner{}, fmt.Errorf("rsa key of %d bits, want at least 2048", k.N.BitLen())
 		}
+		raw = x509.MarshalPKCS1PublicKey(k)
 	case *ecdsa.PublicKey:
+		e, err := k.ECDH()
+		if err != nil {
+			return pcrSigner{}, fmt.Errorf("ecdsa key: %w", err)
+		}
+		raw = e.Bytes()
 	default:
 		return pcrSigner{}, fmt.Errorf("%T is not an rsa or ecdsa key", key)
 	}
-	return pcrSigner{key: key, fp: sha256.Sum256(der)}, nil
+	return pcrSigner{key: key, fp: sha256.Sum256(raw)}, nil
 }
 
 // verify reports whether s signed pol.
