@@ -21,7 +21,8 @@ quick=false
 need_go
 need_packages swtpm:swtpm swtpm_setup:swtpm-tools tpm2_pcrextend:tpm2-tools cryptsetup:cryptsetup-bin \
   protoc:protobuf-compiler mkfs.xfs:xfsprogs pvcreate:lvm2 sgdisk:gdisk mkfs.ext4:e2fsprogs \
-  blkid:util-linux python3:python3
+  blkid:util-linux python3:python3 objcopy:binutils osslsigncode:osslsigncode \
+  /usr/lib/systemd/boot/efi/linuxx64.efi.stub:systemd-boot-efi
 
 declare -A took=()
 tier() {
@@ -56,6 +57,7 @@ unit_and_integration() {
   go test -count=1 -timeout 20m ./...
   # A short run of each fuzz target keeps the decoders honest.
   go test -run '^$' -fuzz '^FuzzDecodeEvidence$' -fuzztime 20s -fuzzminimizetime 2s ./attest/snp
+  go test -run '^$' -fuzz '^FuzzVerifyBoot$' -fuzztime 20s -fuzzminimizetime 2s ./attest/tpm
 }
 
 tier "static checks" static_checks

@@ -59,6 +59,18 @@ func mismatch(format string, args ...any) error {
 	return attest.Refuse(latchkeyv1.Reason_EVENT_LOG_MISMATCH, format, args...)
 }
 
+// VerifyBoot replays a firmware and a systemd event log against PCR
+// values and returns what they verifiably say; it is Verify's step 6 and
+// what `latchkey-agent measure` runs on the machine's own PCRs. Every
+// failure is an *attest.Refusal (see verifyBoot for the checks).
+func VerifyBoot(pcrs map[int][sha256.Size]byte, firmwareLog, systemdLog []byte) (*Boot, error) {
+	raw := make(map[int][]byte, len(pcrs))
+	for p, v := range pcrs {
+		raw[p] = v[:]
+	}
+	return verifyBoot(raw, firmwareLog, systemdLog)
+}
+
 // verifyBoot replays the event logs against the quoted PCRs and returns
 // what they verifiably say. Its checks, in order:
 //
