@@ -101,3 +101,20 @@ func TestSwtpmUnloggedMeasurementIsRefused(t *testing.T) {
 	_, err := m.join(t, m.policy())
 	wantRefusal(t, err, latchkeyv1.Reason_EVENT_LOG_MISMATCH, fmt.Sprintf("pcr 4: firmware event log replays to %s, the quote holds ", hx(m.log.PCRs[4])))
 }
+
+// `latchkey-agent measure`'s component view of a machine, pasted as the
+// component policy, admits that machine's join.
+func TestMeasureBootPolicyAdmitsTheMachine(t *testing.T) {
+	m := newMeasuredSwtpm(t)
+	b, err := tpm.MeasureBoot(context.Background(), m.sim.Device, m.paths)
+	if err != nil || b == nil {
+		t.Fatalf("MeasureBoot: %v %v", b, err)
+	}
+	bp := tpm.ComponentPolicy(b)
+	if len(bp.UKIs) != 1 || bp.UKIs[0] != dgst(ukiDigest) || len(bp.SecureBoot.DBCertificates) != 1 || bp.PCR11Phases[0] != sysinit {
+		t.Fatalf("component policy = %+v", bp)
+	}
+	if _, err := m.join(t, tpm.Policy{EKPublicKeyHashes: []string{m.ekHash}, Boot: bp}); err != nil {
+		t.Fatalf("measured policy refused the machine: %v", err)
+	}
+}
