@@ -37,6 +37,20 @@ const (
 // systemd-stub value with each prefix of this chain.
 var StandardPhases = []string{"enter-initrd", "leave-initrd", "sysinit", "ready", "shutdown", "final"}
 
+// candidatePhases are the unlogged phase chains systemd 252 can leave in
+// PCR 11: each prefix of StandardPhases, and each prefix of its main-system
+// part ("sysinit", …) for an initrd without systemd (initramfs-tools, as
+// Debian's default initrd), where nothing measures enter-initrd.
+func candidatePhases() []string {
+	var out []string
+	for _, chain := range [][]string{StandardPhases, StandardPhases[2:]} {
+		for i := range chain {
+			out = append(out, strings.Join(chain[:i+1], ":"))
+		}
+	}
+	return out
+}
+
 // Extend is TPM2_PCR_Extend for SHA-256.
 func Extend(pcr, digest [sha256.Size]byte) [sha256.Size]byte {
 	return sha256.Sum256(append(pcr[:], digest[:]...))
@@ -250,8 +264,7 @@ func replayJoint(b *Boot, p int, quoted []byte, fw []seqEvent, sd []sdEvent) err
 		return nil
 	}
 	if p == pcrKernel && len(sd) == 0 {
-		for i := range StandardPhases {
-			phase := strings.Join(StandardPhases[:i+1], ":")
+		for _, phase := range candidatePhases() {
 			if got := ExtendPhase(v, phase); bytes.Equal(got[:], quoted) {
 				b.Phase, b.PhaseKnown = phase, true
 				return nil
@@ -299,6 +312,11 @@ func (b *Boot) extractFirmware(events []tcg.Event) error {
 			return mismatch("pcr 0: %w", err)
 		}
 		b.Firmware = strings.TrimRight(decodeText(ps.GetScrtmVersionId()), "\x00")
+		for _, e := range events {
+			if e.Index == 0 && (e.Type == tcg.EFIPlatformFirmwareBlob || e.Type == tcg.EFIPlatformFirmwareBlob2) {
+				b.FirmwareBlobs = append(b.FirmwareBlobs, [sha256.Size]byte(e.Digest))
+			}
+		}
 	}
 	if has(events, pcrBootApps) {
 		efi, err := extract.EfiState(crypto.SHA256, events, extract.TPMRegisterConfig, extract.Opts{})

@@ -10,8 +10,12 @@ import (
 // value (see verifyBoot); nothing unverified is copied. It is the input of
 // the component policy and what `latchkey-agent measure` prints.
 type Boot struct {
-	// Firmware is the platform firmware's S-CRTM version string (PCR 0).
+	// Firmware is the platform firmware's S-CRTM version string (PCR 0;
+	// OVMF logs an empty one).
 	Firmware string
+	// FirmwareBlobs are the digests of the firmware volumes measured into
+	// PCR 0 (EV_EFI_PLATFORM_FIRMWARE_BLOB, BLOB2), in log order.
+	FirmwareBlobs [][sha256.Size]byte
 	// SecureBoot is the Secure Boot state and databases (PCR 7).
 	SecureBoot SecureBoot
 	// Applications are the EFI boot applications in load order (PCR 4,

@@ -46,9 +46,8 @@ type BootPolicy struct {
 	// default), since PCR 11 covers the UKI's sections but not the stub.
 	PCR11Signers []string `json:"pcr11Signers,omitempty"`
 	// PCR11Phases are the boot phases a signed PCR 11 may be in (default
-	// the two the agent runs in: "enter-initrd:leave-initrd:sysinit" and
-	// "enter-initrd:leave-initrd:sysinit:ready"), so a signature meant for
-	// the initrd does not admit a machine stopped there.
+	// DefaultPCR11Phases, the phases the agent runs in), so a signature
+	// meant for the initrd does not admit a machine stopped there.
 	PCR11Phases []string `json:"pcr11Phases,omitempty"`
 }
 
@@ -62,9 +61,14 @@ type SecureBootPolicy struct {
 	DBCertificates []string `json:"dbCertificates,omitempty"`
 }
 
-// DefaultPCR11Phases are the phases the agent unit runs in (after
-// sysinit.target; before or after systemd-pcrphase.service's "ready").
-var DefaultPCR11Phases = []string{"enter-initrd:leave-initrd:sysinit", "enter-initrd:leave-initrd:sysinit:ready"}
+// DefaultPCR11Phases are the phases the agent unit runs in: after
+// sysinit.target, before or after systemd-pcrphase.service's "ready", with
+// a systemd initrd (which measures enter-initrd and leave-initrd) or
+// another one (Debian's initramfs-tools measures nothing).
+var DefaultPCR11Phases = []string{
+	"enter-initrd:leave-initrd:sysinit", "enter-initrd:leave-initrd:sysinit:ready",
+	"sysinit", "sysinit:ready",
+}
 
 // compiledBoot is a BootPolicy parsed once.
 type compiledBoot struct {

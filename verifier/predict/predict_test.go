@@ -120,7 +120,7 @@ func TestPredictSnippet(t *testing.T) {
 		t.Fatalf("Predict: %v", err)
 	}
 	b := s.TPM.Boot
-	if len(b.UKIs) != 1 || len(b.BootLoaders) != 1 || strings.Join(b.KernelCmdlines, "|") != predicttest.Cmdline+"|quiet" || len(s.TPM.PCRs[11]) != 2 {
+	if len(b.UKIs) != 1 || len(b.BootLoaders) != 1 || strings.Join(b.KernelCmdlines, "|") != predicttest.Cmdline+"|quiet" || len(s.TPM.PCRs[11]) != 4 {
 		t.Fatalf("snippet = %+v", b)
 	}
 	var buf bytes.Buffer
@@ -139,5 +139,28 @@ func TestReadUKIRefusesNonUKI(t *testing.T) {
 	}
 	if _, err := predict.Authenticode([]byte("MZ not really")); err == nil {
 		t.Fatal("short image accepted")
+	}
+}
+
+// The measured guest of issue 11 (attest/tpm/testdata/ovmf-uki): the UKI
+// it booted predicts the Authenticode digest its firmware logged in PCR 4
+// and the PCR 11 it quoted in phase "sysinit". The 15 MiB UKI is not in
+// the repository: set LATCHKEY_MEASURED_UKI to it (scripts/e2e-vm.sh
+// --phase2 with LATCHKEY_E2E_ARTIFACTS writes one).
+func TestPredictionEqualsTheMeasuredGuest(t *testing.T) {
+	path := os.Getenv("LATCHKEY_MEASURED_UKI")
+	if path == "" {
+		t.Skip("LATCHKEY_MEASURED_UKI not set")
+	}
+	s, _, err := predict.Predict(predict.Options{UKI: path, Phases: []string{"sysinit"}, SecureBootOff: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		quotedUKI   = "sha256:16fe1ad2d660969dea39905bd9eaf65cc3ecd37e5bd23e3bc8edaedc7d4dbc68"
+		quotedPCR11 = "4bc7542d84f09f12b8d3e79b145452eac99fc1137b55d79e5c21866d0bf496a9"
+	)
+	if s.TPM.Boot.UKIs[0] != quotedUKI || s.TPM.PCRs[11][0] != quotedPCR11 {
+		t.Fatalf("predicted uki %s pcr 11 %s; the guest logged %s and quoted %s", s.TPM.Boot.UKIs[0], s.TPM.PCRs[11][0], quotedUKI, quotedPCR11)
 	}
 }
