@@ -9,6 +9,9 @@
 //	  allowControlPlane: false
 //	  pcrs: {"7": ["<sha256 hex>", ...], ...}
 //	  ekCARoots: ["-----BEGIN CERTIFICATE-----..."]
+//	  boot:                      # the component policy (tpm.BootPolicy)
+//	    ukis: ["sha256:<authenticode hex>"]
+//	    pcr11Signers: ["-----BEGIN PUBLIC KEY-----..."]
 //	snp:
 //	  measurements: ["<hex>", ...]
 //	  ...
@@ -27,6 +30,7 @@ import (
 	"io"
 	"os"
 
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/latchkey/latchkey/attest"
@@ -75,12 +79,24 @@ type Source interface {
 	Current() *Snapshot
 }
 
-// Parse decodes a policy strictly: unknown fields, a wrong apiVersion or
-// no enabled variant are errors.
+// Parse decodes a policy strictly: unknown, duplicate and case-variant
+// fields, a wrong apiVersion or no enabled variant are errors.
 func Parse(data []byte) (*Policy, error) {
 	var p Policy
-	if err := yaml.UnmarshalStrict(data, &p); err != nil {
+	// YAMLToJSONStrict refuses duplicate keys; sigs.k8s.io/json's strict
+	// decoding then refuses unknown and case-variant keys, which
+	// encoding/json (and so yaml.UnmarshalStrict) would match by folding
+	// case ("UKIs" for "ukis").
+	j, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
 		return nil, fmt.Errorf("parse policy: %w", err)
+	}
+	strict, err := kjson.UnmarshalStrict(j, &p)
+	if err != nil {
+		return nil, fmt.Errorf("parse policy: %w", err)
+	}
+	if len(strict) > 0 {
+		return nil, fmt.Errorf("parse policy: %w", errors.Join(strict...))
 	}
 	if p.APIVersion != APIVersion {
 		return nil, fmt.Errorf("policy apiVersion %q: want %q", p.APIVersion, APIVersion)

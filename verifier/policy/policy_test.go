@@ -37,13 +37,14 @@ func TestLoadGood(t *testing.T) {
 
 func TestLoadRefusals(t *testing.T) {
 	cases := map[string]struct{ policy, want string }{
-		"unknown field":     {tpmPolicy(digestA) + "  pcr: {}\n", `unknown field "pcr"`},
-		"unknown top field": {tpmPolicy(digestA) + "tdx: {}\n", `unknown field "tdx"`},
-		"bad digest":        {tpmPolicy("abcd"), `pcrs[7]: "abcd" is not a sha-256 digest`},
-		"wrong version":     {strings.Replace(tpmPolicy(digestA), "latchkey/v1", "latchkey/v2", 1), `apiVersion "latchkey/v2"`},
-		"no variant":        {"apiVersion: latchkey/v1\n", "enables no evidence variant"},
-		"scalar not a list": {strings.Replace(tpmPolicy(digestA), "["+digestA+"]", digestA, 1), "cannot unmarshal"},
-		"not yaml":          {"\x00\x01{{{", "parse policy"},
+		"unknown field":      {tpmPolicy(digestA) + "  pcr: {}\n", `unknown field "tpm.pcr"`},
+		"unknown top field":  {tpmPolicy(digestA) + "tdx: {}\n", `unknown field "tdx"`},
+		"case-variant field": {strings.Replace(tpmPolicy(digestA), "allowControlPlane", "allowcontrolplane", 1), `unknown field "tpm.allowcontrolplane"`},
+		"bad digest":         {tpmPolicy("abcd"), `pcrs[7]: "abcd" is not a sha-256 digest`},
+		"wrong version":      {strings.Replace(tpmPolicy(digestA), "latchkey/v1", "latchkey/v2", 1), `apiVersion "latchkey/v2"`},
+		"no variant":         {"apiVersion: latchkey/v1\n", "enables no evidence variant"},
+		"scalar not a list":  {strings.Replace(tpmPolicy(digestA), "["+digestA+"]", digestA, 1), "cannot unmarshal"},
+		"not yaml":           {"\x00\x01{{{", "parse policy"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -102,5 +103,28 @@ func TestReadFileRefusesHugeFile(t *testing.T) {
 	os.WriteFile(path, bytes.Repeat([]byte("#"), MaxFileSize+1), 0o600)
 	if _, err := ReadFile(path); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// The component policy is strict YAML like the rest: unknown, duplicate
+// and case-variant keys under tpm.boot are errors, and entries compile.
+func TestBootSection(t *testing.T) {
+	boot := tpmPolicy(digestA) + "  boot:\n    ukis: [\"sha256:" + digestB + "\"]\n    kernelCmdlines: [\"console=ttyS0\"]\n    secureBoot:\n      allowDisabled: true\n    pcr11Phases: [sysinit]\n"
+	if _, err := Load([]byte(boot), Deps{}); err != nil {
+		t.Fatalf("boot section refused: %v", err)
+	}
+	for name, c := range map[string]struct{ policy, want string }{
+		"unknown boot field": {boot + "    uki: []\n", `unknown field "tpm.boot.uki"`},
+		"case variant":       {boot + "    UKIs: []\n", `unknown field "tpm.boot.UKIs"`},
+		"duplicate":          {boot + "    ukis: []\n", `"ukis" already set`},
+		"unknown secureBoot": {strings.Replace(boot, "allowDisabled", "allowdisabled", 1), `unknown field "tpm.boot.secureBoot.allowdisabled"`},
+		"bad uki":            {strings.Replace(boot, "sha256:"+digestB, "sha256:zz", 1), `boot.ukis[0]: "sha256:zz" is not`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load([]byte(c.policy), Deps{})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, c.want)
+			}
+		})
 	}
 }
