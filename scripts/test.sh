@@ -45,7 +45,7 @@ static_checks() {
   scripts/gen-proto.sh --check
   local bad
   bad=$(go list -deps ./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier |
-    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest' || true)
+    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest|predicttest' || true)
   if [[ -n $bad ]]; then
     echo "shipped binaries link test-only packages: $bad" >&2
     return 1
