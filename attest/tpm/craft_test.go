@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"math/big"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,4 +177,21 @@ func otherCAPEM(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+// Verify applies no reference value: a quote of PCRs the policy does not
+// list verifies, and CheckPolicy refuses its state naming the PCR.
+func TestVerifyThenCheckPolicy(t *testing.T) {
+	c := newCrafted(t, true)
+	binding := newBinding(t)
+	v := newValidator(t, tpm.Policy{AKPublicKeyHashes: []string{c.akHash}, PCRs: map[int][]string{0: {strings.Repeat("11", 32)}}})
+	ver, err := v.Verify(context.Background(), c.evidence(t, binding), binding, noRoundTrip(t))
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	err = v.CheckPolicy(ver.State.(*tpm.State))
+	wantReason(t, err, latchkeyv1.Reason_PCR_MISMATCH)
+	if !strings.Contains(err.Error(), "pcr 0 holds "+strings.Repeat("00", 32)+", not a value the policy lists") {
+		t.Fatalf("detail: %v", err)
+	}
 }
