@@ -106,7 +106,7 @@ func VerifyBoot(pcrs map[int][sha256.Size]byte, firmwareLog, systemdLog []byte) 
 //     matching data, no debugger) and of the boot applications (PCR 4
 //     and 5: applications after "Calling EFI Application", up to
 //     ExitBootServices); systemd-stub's PCR 11 events must pair a section
-//     name (its digest the name's) with its contents.
+//     name (its digest the name's) with its contents, each name once.
 //
 // The returned Boot holds only values of events that replayed.
 func verifyBoot(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
@@ -346,6 +346,11 @@ func (b *Boot) extractStub(kernel, args []seqEvent, replayed []tcg.Event) error 
 		name := strings.TrimSuffix(decodeText(kernel[i].Data), "\x00")
 		if want := sha256.Sum256(append([]byte(name), 0)); !bytes.Equal(kernel[i].Digest, want[:]) {
 			return mismatch("pcr 11: event %d is not a systemd-stub section name measurement", kernel[i].seq)
+		}
+		if _, dup := b.Section(name); dup {
+			// systemd-stub measures each section once; a second pair is
+			// something else posing as a section.
+			return mismatch("pcr 11: section %s measured twice (event %d)", name, kernel[i].seq)
 		}
 		b.UKISections = append(b.UKISections, UKISection{Name: name, Digest: [sha256.Size]byte(kernel[i+1].Digest)})
 	}

@@ -277,6 +277,9 @@ func TestBootRefusals(t *testing.T) {
 	otherUKI.pcrs = maps.Clone(editedLog.PCRs)
 	tpmtest.ExtendPhase(otherUKI.pcrs, sysinit)
 
+	dup := ukiBoot(t, der)
+	dup.Sections = append(dup.Sections, tpmtest.Section{Name: ".cmdline", Data: []byte("init=/bin/sh")})
+
 	sbOff := ukiBoot(t, der)
 	sbOff.SecureBoot = false
 	passed := ukiBoot(t, der)
@@ -314,6 +317,8 @@ func TestBootRefusals(t *testing.T) {
 			latchkeyv1.Reason_EVENT_LOG_MISMATCH, "event log extends pcr 16, which the quote does not cover"},
 		{"no log", good, pinned, func(o *craftOpts) { o.fw = nil },
 			latchkeyv1.Reason_EVENT_LOG_MISMATCH, "the policy checks boot components, the evidence carries no firmware event log"},
+		{"section measured twice", boot(t, dup, sysinit), pinned, nil,
+			latchkeyv1.Reason_EVENT_LOG_MISMATCH, "pcr 11: section .cmdline measured twice (event "},
 		{"uki not in the policy", otherUKI, pinned, nil,
 			latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "uki " + dgst(edited.UKI) + " in pcr 4 is not allowed"},
 		{"boot loader not in the policy", boot(t, noLoader, sysinit), pinned, nil,
