@@ -435,3 +435,31 @@ func TestBootPolicyCompileErrors(t *testing.T) {
 		})
 	}
 }
+
+// A systemd log that does not decode, and a PCR signature JSON that does
+// not, are MALFORMED with the cause.
+func TestSystemdLogAndSignatureDecoding(t *testing.T) {
+	der, _ := dbCert(t, "test db")
+	m := boot(t, ukiBoot(t, der), sysinit)
+	for name, c := range map[string]struct {
+		edit func(*craftOpts)
+		want string
+	}{
+		"no RS":  {func(o *craftOpts) { o.sd = []byte(`{"pcr":11}`) }, "systemd event log record 0 does not start with RS"},
+		"no pcr": {func(o *craftOpts) { o.sd = []byte("\x1e{\"digests\":[]}\n") }, "systemd event log record 0: no pcr 0..23"},
+		"no digest": {func(o *craftOpts) {
+			o.sd = []byte("\x1e{\"pcr\":11,\"digests\":[{\"hashAlg\":\"sha1\",\"digest\":\"00\"}]}\n")
+		}, "systemd event log record 0: no sha256 digest"},
+		"torn record":    {func(o *craftOpts) { o.sd = []byte("\x1e{\"pcr\":11,\"dig") }, "systemd event log record 0: parse: "},
+		"sd without fw":  {func(o *craftOpts) { o.fw, o.sd = nil, []byte("\x1e{}\n") }, "tpm evidence: systemd event log without a firmware event log"},
+		"signature json": {func(o *craftOpts) { o.sig = []byte("{") }, "tpm evidence: pcr signature: "},
+		"signature entry": {func(o *craftOpts) {
+			o.sig = []byte(`{"sha256":[{"pcrs":[11],"pkfp":"zz","pol":"00","sig":"AA=="}]}`)
+		}, "tpm evidence: pcr signature sha256 entry 0: pkfp, pol or sig malformed"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := m.validate(t, nil, c.edit)
+			wantRefusal(t, err, latchkeyv1.Reason_MALFORMED, c.want)
+		})
+	}
+}
