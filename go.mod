@@ -29,6 +29,7 @@ require (
 	github.com/go-openapi/swag/yamlutils v0.27.1 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/go-configfs-tsm v0.3.3 // indirect
+	github.com/google/go-eventlog v0.0.3-0.20261001001437-1991f15bc4b0 // indirect
 	github.com/google/go-sev-guest v0.15.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/go-tpm-tools v0.4.11 // indirect
@@ -80,6 +81,9 @@ require (
 
 // k8s.io/kubernetes names its staging modules at v0.0.0; pin each to the
 // release that matches k8s.io/kubernetes v1.37.2.
+// go-eventlog (attest/tpm's event-log replay): the revision known to resolve.
+replace github.com/google/go-eventlog => github.com/google/go-eventlog v0.0.3-0.20260617163629-883cc5652c69
+
 replace (
 	k8s.io/api => k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.2

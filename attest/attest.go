@@ -15,6 +15,12 @@ import (
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
+// MaxEvidenceSize bounds Hello.evidence for every variant; each variant's
+// own limit (tpm.MaxEvidenceSize 208 KiB with event logs,
+// snp.MaxEvidenceSize 64 KiB) is at most this. The verifier's gRPC message
+// limit is this plus room for the Hello's other fields.
+const MaxEvidenceSize = 256 << 10
+
 // BindingSize is the length of the session binding every variant carries as
 // its user data (TPM qualifying data, the first half of SNP REPORT_DATA).
 const BindingSize = 32
@@ -65,8 +71,17 @@ type Verified struct {
 	// Identity names the attested machine for humans (EK or chip ID).
 	Identity string
 	// State is the variant's parsed, verified machine state (*tpm.State,
-	// *snp.State).
-	State any
+	// *snp.State): what the variant's policy step reads.
+	State State
+}
+
+// State is a variant's verified machine state. Each variant's Verify
+// returns one and its policy step (CheckPolicy) compares it with reference
+// values, so verification and policy stay apart, as go-tpm-tools keeps
+// VerifyAttestation apart from its policy evaluation.
+type State interface {
+	// Variant names the variant whose verifier produced the state.
+	Variant() latchkeyv1.Variant
 }
 
 // EvidenceDigest hashes evidence for Verified.EvidenceDigest.

@@ -25,7 +25,8 @@ quick=false static=false
 need_go
 need_packages swtpm:swtpm swtpm_setup:swtpm-tools tpm2_pcrextend:tpm2-tools cryptsetup:cryptsetup-bin \
   protoc:protobuf-compiler mkfs.xfs:xfsprogs pvcreate:lvm2 sgdisk:gdisk mkfs.ext4:e2fsprogs \
-  blkid:util-linux python3:python3 shellcheck:shellcheck
+  blkid:util-linux python3:python3 shellcheck:shellcheck objcopy:binutils osslsigncode:osslsigncode \
+  /usr/lib/systemd/boot/efi/linuxx64.efi.stub:systemd-boot-efi
 
 declare -A took=()
 tier() {
@@ -92,7 +93,7 @@ internal_imports_nothing_upward() {
 shipped_test_only() {
   local bins=(./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier) bad importers
   bad=$(go list -deps "${bins[@]}" |
-    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest|localapitest|/fake(/|$)' || true)
+    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest|localapitest|predicttest|/fake(/|$)' || true)
   importers=$(go list -deps -f '{{.ImportPath}} {{join .Imports " "}}' "${bins[@]}" |
     awk '$1 != "k8s.io/client-go/gentype" { for (i = 2; i <= NF; i++) if ($i == "k8s.io/client-go/testing") print $1 }')
   if [[ -n $bad || -n $importers ]]; then
@@ -106,6 +107,7 @@ unit_and_integration() {
   go test -count=1 -timeout 20m ./...
   # A short run of each fuzz target keeps the decoders honest.
   go test -run '^$' -fuzz '^FuzzDecodeEvidence$' -fuzztime 20s -fuzzminimizetime 2s ./attest/snp
+  go test -run '^$' -fuzz '^FuzzVerifyBoot$' -fuzztime 20s -fuzzminimizetime 2s ./attest/tpm
 }
 
 tier "static checks" static_checks

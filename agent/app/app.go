@@ -78,7 +78,12 @@ func NewIssuer(cfg *config.Config) (attest.Issuer, error) {
 	if variant(cfg) == "snp" {
 		return snp.NewIssuer(snp.IssuerConfig{})
 	}
-	return tpm.NewIssuer(tpm.IssuerConfig{Device: cfg.TPM.Device, PCRs: cfg.TPM.PCRs})
+	return tpm.NewIssuer(tpm.IssuerConfig{Device: cfg.TPM.Device, PCRs: cfg.TPM.PCRs, Logs: tpmLogs(cfg)})
+}
+
+// tpmLogs are the configured event-log paths.
+func tpmLogs(cfg *config.Config) tpm.LogPaths {
+	return tpm.LogPaths{FirmwareEventLog: cfg.TPM.FirmwareEventLog, SystemdEventLog: cfg.TPM.SystemdEventLog, PCRSignature: cfg.TPM.PCRSignature}
 }
 
 // variant resolves "auto" (or unset) to what the machine offers.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 
@@ -26,10 +27,11 @@ func Measure(ctx context.Context, cfg *config.Config, w io.Writer) error {
 	s := snippet{APIVersion: "latchkey/v1"}
 	var err error
 	v := variant(cfg)
+	var view string
 	if v == "snp" {
 		s.SNP, err = snp.Measure(ctx, snp.IssuerConfig{})
 	} else {
-		s.TPM, err = tpm.Measure(ctx, cfg.TPM.Device, cfg.TPM.PCRs)
+		s.TPM, view, err = measureTPM(ctx, cfg)
 	}
 	if err != nil {
 		return fmt.Errorf("measure: %w", err)
@@ -38,6 +40,50 @@ func Measure(ctx context.Context, cfg *config.Config, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("measure: %w", err)
 	}
-	_, err = fmt.Fprintf(w, "# latchkey reference values of this machine (%s); paste into the verifier policy\n%s", v, out)
+	_, err = fmt.Fprintf(w, "# latchkey reference values of this machine (%s); paste into the verifier policy\n%s%s", v, view, out)
 	return err
+}
+
+// measureTPM is the raw PCR policy plus, when the machine has an event
+// log, the component policy and a commented component view, so an
+// operator sees which component differs from the policy.
+func measureTPM(ctx context.Context, cfg *config.Config) (*tpm.Policy, string, error) {
+	p, err := tpm.Measure(ctx, cfg.TPM.Device, cfg.TPM.PCRs)
+	if err != nil {
+		return nil, "", err
+	}
+	b, err := tpm.MeasureBoot(ctx, cfg.TPM.Device, tpmLogs(cfg))
+	if err != nil {
+		return nil, "", err
+	}
+	if b == nil {
+		return p, "# no firmware event log: no component view\n", nil
+	}
+	p.Boot = tpm.ComponentPolicy(b)
+	return p, componentView(b), nil
+}
+
+// componentView prints b as comment lines, one component a line.
+func componentView(b *tpm.Boot) string {
+	var sb strings.Builder
+	line := func(format string, args ...any) { fmt.Fprintf(&sb, "#   "+format+"\n", args...) }
+	sb.WriteString("# component view (event logs replayed against this TPM's PCRs):\n")
+	line("firmware        %q (pcr 0)", b.Firmware)
+	line("secure boot     %v, %d db certificate(s), %d dbx entries (pcr 7)", b.SecureBoot.Enabled, len(b.SecureBoot.DB), len(b.SecureBoot.DBX)+len(b.SecureBoot.DBXHashes))
+	for _, a := range b.Applications {
+		line("%-15s sha256:%x (pcr 4)", a.Role, a.Digest)
+	}
+	for _, s := range b.UKISections {
+		line("uki %-11s sha256:%x (pcr 11)", s.Name, s.Digest)
+	}
+	if b.CmdlinePassed {
+		line("cmdline         %q (pcr 12)", b.Cmdline)
+	}
+	if b.PhaseKnown {
+		line("boot phase      %q (pcr 11)", b.Phase)
+	}
+	for _, e := range b.Systemd {
+		line("systemd %-7s %q verified=%v (pcr %d)", e.Type, e.Content, e.ContentVerified, e.PCR)
+	}
+	return sb.String()
 }

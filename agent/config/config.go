@@ -65,8 +65,17 @@ type Config struct {
 type TPMConfig struct {
 	// Device is /dev/tpmrm0 (default) or tcp://host:port of a swtpm.
 	Device string `json:"device,omitempty"`
-	// PCRs to quote (default: the variant's default set).
+	// PCRs to quote (default: the variant's default set). Every PCR the
+	// event logs extend is quoted as well.
 	PCRs []int `json:"pcrs,omitempty"`
+	// FirmwareEventLog, SystemdEventLog and PCRSignature are where the
+	// agent reads what it sends with the quote (defaults: the kernel's
+	// binary_bios_measurements, /run/log/systemd/tpm2-measure.log,
+	// /run/systemd/tpm2-pcr-signature.json; a missing file is not sent;
+	// "-" sends none).
+	FirmwareEventLog string `json:"firmwareEventLog,omitempty"`
+	SystemdEventLog  string `json:"systemdEventLog,omitempty"`
+	PCRSignature     string `json:"pcrSignature,omitempty"`
 }
 
 // Disk configures the state disk.

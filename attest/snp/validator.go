@@ -73,9 +73,10 @@ func NewValidator(p Policy, c *Collateral, opts ...ValidatorOption) (*Validator,
 // Variant is VARIANT_SNP.
 func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_SNP }
 
-// Validate verifies SNP evidence bound to binding. rt is unused: SNP needs
-// no challenge. The checks run in this order; the first failure ends
-// validation with a *attest.Refusal carrying the reason in brackets:
+// Validate is Verify (checks 1-5 below) followed by CheckPolicy (checks
+// 6-10). rt is unused: SNP needs no challenge. The checks run in this
+// order; the first failure ends validation with a *attest.Refusal
+// carrying the reason in brackets:
 //
 //  1. Decode [MALFORMED]: at most MaxEvidenceSize bytes; an SNPEvidence
 //     message without unknown fields; a report of exactly 1184 bytes that
@@ -114,7 +115,21 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 //
 // A binding that is not attest.BindingSize bytes is a caller error
 // (reason INTERNAL).
-func (v *Validator) Validate(ctx context.Context, evidence, binding []byte, _ attest.RoundTrip) (*attest.Verified, error) {
+func (v *Validator) Validate(ctx context.Context, evidence, binding []byte, rt attest.RoundTrip) (*attest.Verified, error) {
+	ver, err := v.Verify(ctx, evidence, binding, rt)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.CheckPolicy(ver.State.(*State)); err != nil {
+		return nil, err
+	}
+	return ver, nil
+}
+
+// Verify runs checks 1-5 of Validate (decoding, endorsement, chain,
+// signature, binding) and returns the verified state (Verified.State is a
+// *State); it applies no reference value but the trusted roots.
+func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, _ attest.RoundTrip) (*attest.Verified, error) {
 	if len(binding) != attest.BindingSize {
 		return nil, fmt.Errorf("snp: binding is %d bytes, want %d", len(binding), attest.BindingSize)
 	}
@@ -130,18 +145,16 @@ func (v *Validator) Validate(ctx context.Context, evidence, binding []byte, _ at
 	if err != nil {
 		return nil, err
 	}
-	if err := v.checkReport(ev, der, binding); err != nil {
+	if err := checkBinding(ev.Report, binding); err != nil {
 		return nil, err
 	}
-	return v.verified(evidence, ev, e), nil
+	return v.verified(evidence, ev, e, der), nil
 }
 
-// checkReport runs checks 5 to 10 on a report whose signature verified.
-func (v *Validator) checkReport(ev *Evidence, der, binding []byte) error {
+// CheckPolicy runs checks 6-10 of Validate on a state Verify returned.
+func (v *Validator) CheckPolicy(st *State) error {
+	ev, der := st.ev, st.der
 	r := ev.Report
-	if err := checkBinding(r, binding); err != nil {
-		return err
-	}
 	if !v.c.measurements.has(r.GetMeasurement()) {
 		return attest.Refuse(latchkeyv1.Reason_MEASUREMENT_NOT_ALLOWED,
 			"measurement %s is not in the policy", hex.EncodeToString(r.GetMeasurement()))
@@ -269,7 +282,7 @@ func (v *Validator) vmplList() []int {
 	return out
 }
 
-func (v *Validator) verified(evidence []byte, ev *Evidence, e *endorsement) *attest.Verified {
+func (v *Validator) verified(evidence []byte, ev *Evidence, e *endorsement, der []byte) *attest.Verified {
 	r := ev.Report
 	gp, _ := abi.ParseSnpPolicy(r.GetPolicy())
 	st := &State{
@@ -290,6 +303,8 @@ func (v *Validator) verified(evidence []byte, ev *Evidence, e *endorsement) *att
 		IDKeyDigest:        r.GetIdKeyDigest(),
 		AuthorKeyDigest:    r.GetAuthorKeyDigest(),
 		ReportID:           r.GetReportId(),
+		ev:                 ev,
+		der:                der,
 	}
 	return &attest.Verified{
 		Variant:        latchkeyv1.Variant_VARIANT_SNP,
@@ -322,7 +337,17 @@ type State struct {
 	IDKeyDigest        []byte
 	AuthorKeyDigest    []byte
 	ReportID           []byte
+
+	// ev and der are the verified report and its endorsement certificate,
+	// for CheckPolicy (go-sev-guest's TCB validation reads them whole).
+	ev  *Evidence
+	der []byte
 }
+
+var _ attest.State = (*State)(nil)
+
+// Variant is VARIANT_SNP; it makes *State an attest.State.
+func (*State) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_SNP }
 
 // identity names a chip for humans: "chip:" and the first 8 bytes of
 // CHIP_ID in hex, or "chip:masked" when the host masks it.

@@ -371,3 +371,24 @@ func TestVCEKFileName(t *testing.T) {
 		t.Errorf("VCEKFileName = %q, want %q", got, want)
 	}
 }
+
+// Verify applies no reference value: a report whose measurement the
+// policy does not list verifies, and CheckPolicy refuses its state.
+func TestVerifyThenCheckPolicy(t *testing.T) {
+	s := snptest.New(t)
+	p := s.Policy()
+	p.Measurements = []string{strings.Repeat("ab", abi.MeasurementSize)}
+	v := newValidator(t, p, nil)
+	binding := newBinding(t)
+	ver, err := v.Verify(context.Background(), s.Evidence(binding), binding, nil)
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	err = v.CheckPolicy(ver.State.(*snp.State))
+	if r := attest.ReasonOf(err); r != latchkeyv1.Reason_MEASUREMENT_NOT_ALLOWED || !strings.Contains(err.Error(), "is not in the policy") {
+		t.Fatalf("CheckPolicy: %v", err)
+	}
+	if _, err := v.Verify(context.Background(), s.Evidence(binding), newBinding(t), nil); attest.ReasonOf(err) != latchkeyv1.Reason_BINDING_MISMATCH {
+		t.Fatalf("Verify with another binding: %v", err)
+	}
+}

@@ -11,12 +11,14 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"math/big"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-tpm/tpm2"
 
 	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -73,16 +75,37 @@ func akPublicOf(k *ecdsa.PrivateKey, restricted bool) []byte {
 // evidence builds a quote of PCR 0 (all zeros) carrying binding, signed
 // by the crafted key.
 func (c *crafted) evidence(t testing.TB, binding []byte) []byte {
+	return c.evidenceWith(t, binding, craftOpts{pcrs: map[int][32]byte{0: {}}})
+}
+
+// craftOpts is what a crafted quote covers and the logs it carries.
+type craftOpts struct {
+	pcrs        map[int][32]byte
+	fw, sd, sig []byte
+}
+
+// evidenceWith builds a quote of o.pcrs carrying binding, signed by the
+// crafted key, with o's logs: what a TPM whose PCRs hold o.pcrs would
+// produce.
+func (c *crafted) evidenceWith(t testing.TB, binding []byte, o craftOpts) []byte {
 	t.Helper()
-	pcr0 := make([]byte, 32)
-	digest := sha256.Sum256(pcr0)
+	sel := make([]byte, 3)
+	var concat []byte
+	wire := map[uint32][]byte{}
+	for _, idx := range tpmtest.Indices(o.pcrs) {
+		v := o.pcrs[idx]
+		sel[idx/8] |= 1 << (idx % 8)
+		concat = append(concat, v[:]...)
+		wire[uint32(idx)] = v[:]
+	}
+	digest := sha256.Sum256(concat)
 	quote := tpm2.Marshal(tpm2.TPMSAttest{
 		Magic:     tpm2.TPMGeneratedValue,
 		Type:      tpm2.TPMSTAttestQuote,
 		ExtraData: tpm2.TPM2BData{Buffer: binding},
 		Attested: tpm2.NewTPMUAttest(tpm2.TPMSTAttestQuote, &tpm2.TPMSQuoteInfo{
 			PCRSelect: tpm2.TPMLPCRSelection{PCRSelections: []tpm2.TPMSPCRSelection{
-				{Hash: tpm2.TPMAlgSHA256, PCRSelect: []byte{1, 0, 0}},
+				{Hash: tpm2.TPMAlgSHA256, PCRSelect: sel},
 			}},
 			PCRDigest: tpm2.TPM2BDigest{Buffer: digest[:]},
 		}),
@@ -101,7 +124,8 @@ func (c *crafted) evidence(t testing.TB, binding []byte) []byte {
 		}),
 	})
 	return mustMarshal(t, &latchkeyv1.TPMEvidence{
-		AkPublic: c.akPublic, Quote: quote, Signature: sig, Pcrs: map[uint32][]byte{0: pcr0},
+		AkPublic: c.akPublic, Quote: quote, Signature: sig, Pcrs: wire,
+		FirmwareEventLog: o.fw, SystemdEventLog: o.sd, PcrSignature: o.sig,
 	})
 }
 
@@ -153,4 +177,21 @@ func otherCAPEM(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+// Verify applies no reference value: a quote of PCRs the policy does not
+// list verifies, and CheckPolicy refuses its state naming the PCR.
+func TestVerifyThenCheckPolicy(t *testing.T) {
+	c := newCrafted(t, true)
+	binding := newBinding(t)
+	v := newValidator(t, tpm.Policy{AKPublicKeyHashes: []string{c.akHash}, PCRs: map[int][]string{0: {strings.Repeat("11", 32)}}})
+	ver, err := v.Verify(context.Background(), c.evidence(t, binding), binding, noRoundTrip(t))
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	err = v.CheckPolicy(ver.State.(*tpm.State))
+	wantReason(t, err, latchkeyv1.Reason_PCR_MISMATCH)
+	if !strings.Contains(err.Error(), "pcr 0 holds "+strings.Repeat("00", 32)+", not a value the policy lists") {
+		t.Fatalf("detail: %v", err)
+	}
 }

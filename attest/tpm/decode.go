@@ -29,6 +29,9 @@ type evidence struct {
 	quoteInfo *tpm2.TPMSQuoteInfo
 	sig       *tpm2.TPMTSignature
 	pcrs      map[int][]byte
+	fwLog     []byte // firmware event log, replayed by verifyBoot
+	sdLog     []byte // systemd event log
+	pcrSig    []PCR11Signature
 }
 
 // decode parses serialized TPMEvidence and checks its sizes and shape.
@@ -55,6 +58,15 @@ func decode(raw []byte) (*evidence, error) {
 	if ev.pcrs, err = decodePCRs(pb.Pcrs); err != nil {
 		return nil, err
 	}
+	if len(pb.SystemdEventLog) > 0 && len(pb.FirmwareEventLog) == 0 {
+		return nil, errors.New("systemd event log without a firmware event log")
+	}
+	ev.fwLog, ev.sdLog = pb.FirmwareEventLog, pb.SystemdEventLog
+	if len(pb.PcrSignature) > 0 {
+		if ev.pcrSig, err = decodePCRSignature(pb.PcrSignature); err != nil {
+			return nil, err
+		}
+	}
 	return ev, nil
 }
 
@@ -70,6 +82,9 @@ func checkSizes(pb *latchkeyv1.TPMEvidence) error {
 		{"signature", len(pb.Signature), maxStructSize, true},
 		{"ek_public", len(pb.EkPublic), maxStructSize, false},
 		{"ek_certificate", len(pb.EkCertificate), MaxEKCertificateSize, false},
+		{"firmware_event_log", len(pb.FirmwareEventLog), MaxFirmwareLogSize, false},
+		{"systemd_event_log", len(pb.SystemdEventLog), MaxSystemdLogSize, false},
+		{"pcr_signature", len(pb.PcrSignature), MaxPCRSignatureSize, false},
 	} {
 		if f.required && f.n == 0 {
 			return fmt.Errorf("%s missing", f.name)

@@ -8,6 +8,10 @@
 // AK and endorsement key (EK) public areas and the EK certificate from NV.
 // A restricted signing key only signs structures the TPM itself produced,
 // so a valid signature by a trusted AK proves the quote came from that TPM.
+// With them come the firmware and systemd event logs and the UKI's PCR 11
+// signature JSON; Verify replays the logs against the quoted PCRs into a
+// typed Boot (bootlog.go), and CheckPolicy compares that with the raw PCR
+// lists and the component policy (components.go), as two steps.
 //
 // The verifier trusts an AK in one of two ways, never by first use:
 //   - the AK is pinned in the policy (akPublicKeyHashes), or

@@ -22,8 +22,11 @@ type IssuerConfig struct {
 	// Device is a TPM path or "tcp://HOST:PORT" (see OpenDevice).
 	Device string
 	// PCRs are the SHA-256 PCR indices (0..23) to quote; empty means
-	// DefaultPCRs.
+	// DefaultPCRs. Every PCR the event logs extend is quoted as well.
 	PCRs []int
+	// Logs are where the event logs and the PCR 11 signature are read
+	// (zero value: the standard paths; a missing file sends none).
+	Logs LogPaths
 }
 
 // Issuer makes TPM evidence on the agent. It opens the TPM once per
@@ -33,6 +36,7 @@ type IssuerConfig struct {
 type Issuer struct {
 	device string
 	pcrs   []int
+	logs   LogPaths
 }
 
 var _ attest.Issuer = (*Issuer)(nil)
@@ -55,7 +59,7 @@ func NewIssuer(cfg IssuerConfig) (*Issuer, error) {
 	if err := c.Close(); err != nil {
 		return nil, fmt.Errorf("tpm issuer: close probe: %w", err)
 	}
-	return &Issuer{device: cfg.Device, pcrs: pcrs}, nil
+	return &Issuer{device: cfg.Device, pcrs: pcrs, logs: cfg.Logs.withDefaults()}, nil
 }
 
 // Variant is VARIANT_TPM.
@@ -79,7 +83,7 @@ func (i *Issuer) Attest(ctx context.Context, binding []byte) (attest.Attestation
 	}
 	a := &attestation{conn: c}
 	stop := c.interruptible(ctx)
-	err = a.make(i.pcrs, binding)
+	err = a.make(i.pcrs, i.logs, binding)
 	stop()
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("tpm attest: %w", err), a.Close())
@@ -97,7 +101,7 @@ type attestation struct {
 	closed   bool
 }
 
-func (a *attestation) make(pcrs []int, binding []byte) error {
+func (a *attestation) make(pcrs []int, paths LogPaths, binding []byte) error {
 	var err error
 	if a.ek, err = loadEK(a.conn); err != nil {
 		return err
@@ -106,7 +110,7 @@ func (a *attestation) make(pcrs []int, binding []byte) error {
 		return err
 	}
 	ev := &latchkeyv1.TPMEvidence{AkPublic: a.ak.public, EkPublic: a.ek.public}
-	if err := quote(a.conn, a.ak, pcrs, binding, ev); err != nil {
+	if err := quoteWithLogs(a.conn, a.ak, pcrs, paths, binding, ev); err != nil {
 		return err
 	}
 	if ev.EkCertificate, err = readEKCert(a.conn); err != nil {
@@ -137,6 +141,42 @@ func (a *attestation) Close() error {
 		return fmt.Errorf("tpm attestation close: %w", err)
 	}
 	return nil
+}
+
+// quoteWithLogs reads the logs, quotes pcrs and every PCR the logs touch,
+// and reads the logs again: a measurement between the two readings (systemd
+// appending a phase) would leave log and quote apart, so it starts over.
+func quoteWithLogs(tp transport.TPM, ak *key, pcrs []int, paths LogPaths, binding []byte, ev *latchkeyv1.TPMEvidence) error {
+	const attempts = 3
+	for range attempts {
+		before, err := readLogs(paths)
+		if err != nil {
+			return err
+		}
+		touched, err := touchedPCRs(before)
+		if err != nil {
+			return err
+		}
+		sel := slices.Clone(pcrs)
+		for _, p := range touched {
+			if !slices.Contains(sel, p) {
+				sel = append(sel, p)
+			}
+		}
+		slices.Sort(sel)
+		if err := quote(tp, ak, sel, binding, ev); err != nil {
+			return err
+		}
+		after, err := readLogs(paths)
+		if err != nil {
+			return err
+		}
+		if before.equal(after) {
+			ev.FirmwareEventLog, ev.SystemdEventLog, ev.PcrSignature = before.fw, before.sd, before.sig
+			return nil
+		}
+	}
+	return fmt.Errorf("quote: event logs changed during %d quotes", attempts)
 }
 
 // quote signs pcrs and binding with the AK and fills ev with the quote,

@@ -35,6 +35,10 @@ type Policy struct {
 	// AKPublicKeyHashes are "sha256:<hex>" SPKI hashes of pinned AKs. A
 	// pinned AK needs no EK and no credential activation.
 	AKPublicKeyHashes []string `json:"akPublicKeyHashes,omitempty"`
+	// Boot is the component policy, checked against the verified event
+	// logs next to (not instead of) PCRs. nil checks no component and
+	// needs no event log.
+	Boot *BootPolicy `json:"boot,omitempty"`
 }
 
 // compiledPolicy is a Policy parsed once so validation does no parsing.
@@ -44,6 +48,7 @@ type compiledPolicy struct {
 	roots    *x509.CertPool
 	ekHashes []atls.Pin
 	akHashes []atls.Pin
+	boot     *compiledBoot // nil: no component policy
 }
 
 func compile(p Policy) (*compiledPolicy, error) {
@@ -66,6 +71,9 @@ func compile(p Policy) (*compiledPolicy, error) {
 	}
 	if c.akHashes, err = atls.ParsePins(p.AKPublicKeyHashes); err != nil {
 		return nil, fmt.Errorf("akPublicKeyHashes: %w", err)
+	}
+	if c.boot, err = compileBoot(p.Boot); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

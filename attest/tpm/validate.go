@@ -48,7 +48,19 @@ type State struct {
 	EKPublicKeyHash string
 	// Trust says which policy entry made the AK trusted.
 	Trust Trust
+	// Boot is what the event logs say was measured, replayed against
+	// PCRs; nil when the evidence carried no firmware event log.
+	Boot *Boot
+	// PCR11Signatures are the entries of the PCR signature JSON the
+	// agent sent. They are claims, covered by the evidence digest, that
+	// only the policy step can check: it holds the keys.
+	PCR11Signatures []PCR11Signature
 }
+
+var _ attest.State = (*State)(nil)
+
+// Variant is VARIANT_TPM; it makes *State an attest.State.
+func (*State) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_TPM }
 
 // Validator checks TPM evidence against one compiled Policy. It is safe for
 // concurrent use and holds no lock: each Validate works on its own data.
@@ -73,13 +85,30 @@ func NewValidator(p Policy) (*Validator, error) {
 // Variant is VARIANT_TPM.
 func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_TPM }
 
-// Validate verifies serialized TPMEvidence bound to binding. The checks run
-// in this order, and the first failure ends validation with its reason:
+// Validate is Verify followed by CheckPolicy: every check of both, in
+// their order, the first failure ending validation with its reason.
+func (v *Validator) Validate(ctx context.Context, evidenceBytes, binding []byte, rt attest.RoundTrip) (*attest.Verified, error) {
+	ver, err := v.Verify(ctx, evidenceBytes, binding, rt)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.CheckPolicy(ver.State.(*State)); err != nil {
+		return nil, err
+	}
+	return ver, nil
+}
+
+// Verify verifies serialized TPMEvidence bound to binding and returns the
+// verified state (Verified.State is a *State); it applies no reference
+// value, only the policy's trust anchors. The checks run in this order,
+// and the first failure ends verification with its reason:
 //
-//  1. Decoding (MALFORMED): size limits (MaxEvidenceSize, per-structure
-//     limits, MaxEKCertificateSize), protobuf, TPM structures (the AK
-//     public area canonically encoded), the quote a TPM-generated
-//     TPMS_ATTEST of type quote, PCR indices 0..23 with 32-byte values.
+//  1. Decoding (MALFORMED): size limits (MaxEvidenceSize, per-field
+//     limits, MaxEKCertificateSize, the log limits), protobuf, TPM
+//     structures (the AK public area canonically encoded), the quote a
+//     TPM-generated TPMS_ATTEST of type quote, PCR indices 0..23 with
+//     32-byte values, a systemd log only with a firmware log, the PCR
+//     signature JSON (decodePCRSignature).
 //  2. AK trust (UNTRUSTED_AK, then ACTIVATION_FAILED): the policy must
 //     trust something, and the AK must be a restricted, signing-only,
 //     fixedTPM, fixedParent, sensitiveDataOrigin ECC P-256 key (a point
@@ -97,15 +126,16 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 //     quoted PCR digest (PCR_MISMATCH).
 //  5. Binding (BINDING_MISMATCH): the quote's qualifying data must equal
 //     binding, so the evidence belongs to this TLS session and Hello.
-//  6. Policy PCRs (PCR_MISMATCH): every PCR the policy lists must be
-//     quoted and hold one of its listed values; the detail names the
-//     lowest failing index.
+//  6. Event logs (MALFORMED, EVENT_LOG_MISMATCH), when the evidence has a
+//     firmware log: replayed against the quoted PCRs (verifyBoot lists
+//     its checks) into State.Boot.
 //
 // Trust comes before the signature so that nothing an untrusted key signed
 // is even looked at; the binding comes after the signature because
 // qualifying data is only meaningful once the TPM is known to have signed
-// it. Every failure is an *attest.Refusal.
-func (v *Validator) Validate(ctx context.Context, evidenceBytes, binding []byte, rt attest.RoundTrip) (*attest.Verified, error) {
+// it; the logs come last because only quoted, signed, bound PCRs make a
+// replay mean anything. Every failure is an *attest.Refusal.
+func (v *Validator) Verify(ctx context.Context, evidenceBytes, binding []byte, rt attest.RoundTrip) (*attest.Verified, error) {
 	if len(binding) != bindingSize {
 		return nil, attest.Refuse(latchkeyv1.Reason_INTERNAL, "binding has %d bytes, want %d", len(binding), bindingSize)
 	}
@@ -126,16 +156,37 @@ func (v *Validator) Validate(ctx context.Context, evidenceBytes, binding []byte,
 	if subtle.ConstantTimeCompare(ev.quote.ExtraData.Buffer, binding) != 1 {
 		return nil, attest.Refuse(latchkeyv1.Reason_BINDING_MISMATCH, "quote qualifying data is not this session's binding")
 	}
-	if err := v.checkPolicyPCRs(ev); err != nil {
-		return nil, err
+	if len(ev.fwLog) > 0 {
+		if state.Boot, err = verifyBoot(ev.pcrs, ev.fwLog, ev.sdLog); err != nil {
+			return nil, err
+		}
 	}
 	state.PCRs = verifiedPCRs(ev.pcrs)
+	state.PCR11Signatures = ev.pcrSig
 	return &attest.Verified{
 		Variant:        latchkeyv1.Variant_VARIANT_TPM,
 		EvidenceDigest: attest.EvidenceDigest(evidenceBytes),
 		Identity:       identity,
 		State:          state,
 	}, nil
+}
+
+// CheckPolicy compares a verified state with the policy's reference
+// values:
+//
+//  1. PCRs (PCR_MISMATCH): every PCR the policy lists must be quoted and
+//     hold one of its listed values; the detail names the lowest failing
+//     index.
+//  2. Components (the policy's boot section, when set): see
+//     compiledBoot.check for its checks and reasons.
+func (v *Validator) CheckPolicy(st *State) error {
+	if err := v.checkPolicyPCRs(st); err != nil {
+		return err
+	}
+	if v.policy.boot != nil {
+		return v.policy.boot.check(st)
+	}
+	return nil
 }
 
 // trustAK is step 2 of Validate. It returns the state's key fields and
@@ -238,15 +289,15 @@ func checkQuotedPCRs(ev *evidence) error {
 	return nil
 }
 
-// checkPolicyPCRs is step 6 of Validate.
-func (v *Validator) checkPolicyPCRs(ev *evidence) error {
+// checkPolicyPCRs is step 1 of CheckPolicy.
+func (v *Validator) checkPolicyPCRs(st *State) error {
 	for _, idx := range v.policy.pcrOrder {
-		got, ok := ev.pcrs[idx]
+		got, ok := st.PCRs[idx]
 		if !ok {
 			return attest.Refuse(latchkeyv1.Reason_PCR_MISMATCH, "pcr %d is in the policy but not quoted", idx)
 		}
-		if !slices.ContainsFunc(v.policy.pcrs[idx], func(want [sha256.Size]byte) bool { return bytes.Equal(want[:], got) }) {
-			return attest.Refuse(latchkeyv1.Reason_PCR_MISMATCH, "pcr %d holds %s, not a value the policy lists", idx, hex.EncodeToString(got))
+		if !slices.Contains(v.policy.pcrs[idx], got) {
+			return attest.Refuse(latchkeyv1.Reason_PCR_MISMATCH, "pcr %d holds %s, not a value the policy lists", idx, hex.EncodeToString(got[:]))
 		}
 	}
 	return nil

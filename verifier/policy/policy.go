@@ -9,6 +9,9 @@
 //	  allowControlPlane: false
 //	  pcrs: {"7": ["<sha256 hex>", ...], ...}
 //	  ekCARoots: ["-----BEGIN CERTIFICATE-----..."]
+//	  boot:                      # the component policy (tpm.BootPolicy)
+//	    ukis: ["sha256:<authenticode hex>"]
+//	    pcr11Signers: ["-----BEGIN PUBLIC KEY-----..."]
 //	snp:
 //	  measurements: ["<hex>", ...]
 //	  ...
@@ -75,8 +78,8 @@ type Source interface {
 	Current() *Snapshot
 }
 
-// Parse decodes a policy strictly: unknown fields, a wrong apiVersion or
-// no enabled variant are errors.
+// Parse decodes a policy strictly: unknown, duplicate and case-variant
+// fields, a wrong apiVersion or no enabled variant are errors.
 func Parse(data []byte) (*Policy, error) {
 	var p Policy
 	if err := strictyaml.Unmarshal(data, &p); err != nil {

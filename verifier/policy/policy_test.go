@@ -43,6 +43,7 @@ func TestLoadRefusals(t *testing.T) {
 		"wrong version":        {strings.Replace(tpmPolicy(digestA), "latchkey/v1", "latchkey/v2", 1), `apiVersion "latchkey/v2"`},
 		"no variant":           {"apiVersion: latchkey/v1\n", "enables no evidence variant"},
 		"scalar not a list":    {strings.Replace(tpmPolicy(digestA), "["+digestA+"]", digestA, 1), `key "tpm.pcrs": want a list, got string`},
+		"case-variant field":   {strings.Replace(tpmPolicy(digestA), "allowControlPlane", "allowcontrolplane", 1), `unknown field "tpm.allowcontrolplane"`},
 		"not yaml":             {"\x00\x01{{{", "parse policy"},
 		"case-variant section": {tpmPolicy(digestA) + "TPM: {}\n", `unknown field "TPM"`},
 		"duplicate section":    {tpmPolicy(digestA) + "tpm: {}\n", `key "tpm" already set in map`},
@@ -104,5 +105,28 @@ func TestReadFileRefusesHugeFile(t *testing.T) {
 	os.WriteFile(path, bytes.Repeat([]byte("#"), MaxFileSize+1), 0o600)
 	if _, err := ReadFile(path); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// The component policy is strict YAML like the rest: unknown, duplicate
+// and case-variant keys under tpm.boot are errors, and entries compile.
+func TestBootSection(t *testing.T) {
+	boot := tpmPolicy(digestA) + "  boot:\n    ukis: [\"sha256:" + digestB + "\"]\n    kernelCmdlines: [\"console=ttyS0\"]\n    secureBoot:\n      allowDisabled: true\n    pcr11Phases: [sysinit]\n"
+	if _, err := Load([]byte(boot), Deps{}); err != nil {
+		t.Fatalf("boot section refused: %v", err)
+	}
+	for name, c := range map[string]struct{ policy, want string }{
+		"unknown boot field": {boot + "    uki: []\n", `unknown field "tpm.boot.uki"`},
+		"case variant":       {boot + "    UKIs: []\n", `unknown field "tpm.boot.UKIs"`},
+		"duplicate":          {boot + "    ukis: []\n", `key "tpm.boot.ukis" already set in map`},
+		"unknown secureBoot": {strings.Replace(boot, "allowDisabled", "allowdisabled", 1), `unknown field "tpm.boot.secureBoot.allowdisabled"`},
+		"bad uki":            {strings.Replace(boot, "sha256:"+digestB, "sha256:zz", 1), `boot.ukis[0]: "sha256:zz" is not`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load([]byte(c.policy), Deps{})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v, want it to contain %q", err, c.want)
+			}
+		})
 	}
 }

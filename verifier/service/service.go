@@ -27,10 +27,13 @@ import (
 
 // Limits on what one join may send; larger input is refused as MALFORMED.
 const (
-	// MaxMessageSize is the gRPC receive limit of the join service.
-	MaxMessageSize = 64 << 10
-	// MaxEvidenceSize bounds Hello.evidence.
-	MaxEvidenceSize = 48 << 10
+	// MaxMessageSize is the gRPC receive limit of the join service: the
+	// largest evidence plus 8 KiB for the Hello's other fields (node name,
+	// disk UUID: well under 1 KiB) and framing.
+	MaxMessageSize = MaxEvidenceSize + 8<<10
+	// MaxEvidenceSize bounds Hello.evidence (attest.MaxEvidenceSize,
+	// 256 KiB: TPM evidence with event logs is at most 208 KiB).
+	MaxEvidenceSize = attest.MaxEvidenceSize
 	// MaxChallenges bounds the challenge round trips of one join.
 	MaxChallenges = 4
 )

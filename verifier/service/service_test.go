@@ -381,12 +381,12 @@ func TestMalformedInputRefused(t *testing.T) {
 		msg  *latchkeyv1.AgentMessage
 		want string
 	}{
-		"not a hello":    {&latchkeyv1.AgentMessage{Msg: &latchkeyv1.AgentMessage_TicketAck{TicketAck: &latchkeyv1.TicketAck{}}}, "first message is not a Hello"},
-		"bad node name":  {helloMsg(&latchkeyv1.Hello{NodeName: "Node_1!", DiskUuid: diskA, Role: 1, Variant: 1, Evidence: []byte("x")}), "not a DNS-1123"},
-		"upper uuid":     {helloMsg(&latchkeyv1.Hello{NodeName: "n", DiskUuid: strings.ToUpper(diskA), Role: 1, Variant: 1, Evidence: []byte("x")}), "canonical"},
-		"no role":        {helloMsg(&latchkeyv1.Hello{NodeName: "n", DiskUuid: diskA, Variant: 1, Evidence: []byte("x")}), "role 0"},
-		"no evidence":    {helloMsg(&latchkeyv1.Hello{NodeName: "n", DiskUuid: diskA, Role: 1, Variant: 1}), "no evidence"},
-		"evidence 50KiB": {helloMsg(&latchkeyv1.Hello{NodeName: "n", DiskUuid: diskA, Role: 1, Variant: 1, Evidence: make([]byte, 50<<10)}), "limit 49152"},
+		"not a hello":         {&latchkeyv1.AgentMessage{Msg: &latchkeyv1.AgentMessage_TicketAck{TicketAck: &latchkeyv1.TicketAck{}}}, "first message is not a Hello"},
+		"bad node name":       {helloMsg(&latchkeyv1.Hello{NodeName: "Node_1!", DiskUuid: diskA, Role: 1, Variant: 1, Evidence: []byte("x")}), "not a DNS-1123"},
+		"upper uuid":          {helloMsg(&latchkeyv1.Hello{NodeName: "n", DiskUuid: strings.ToUpper(diskA), Role: 1, Variant: 1, Evidence: []byte("x")}), "canonical"},
+		"no role":             {helloMsg(&latchkeyv1.Hello{NodeName: "n", DiskUuid: diskA, Variant: 1, Evidence: []byte("x")}), "role 0"},
+		"no evidence":         {helloMsg(&latchkeyv1.Hello{NodeName: "n", DiskUuid: diskA, Role: 1, Variant: 1}), "no evidence"},
+		"evidence over limit": {helloMsg(&latchkeyv1.Hello{NodeName: "n", DiskUuid: diskA, Role: 1, Variant: 1, Evidence: make([]byte, service.MaxEvidenceSize+1)}), "limit 262144"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -179,6 +179,19 @@ const (
 	Reason_INTERNAL Reason = 16
 	// The verifier cannot serve now (shutting down, Kubernetes unreachable).
 	Reason_UNAVAILABLE Reason = 17
+	// An event log does not replay to the quoted PCR values, or touches a PCR
+	// the quote does not cover.
+	Reason_EVENT_LOG_MISMATCH Reason = 19
+	// A measured boot component (boot loader, UKI) is not in the policy.
+	Reason_COMPONENT_NOT_ALLOWED Reason = 20
+	// The measured kernel command line is not in the policy.
+	Reason_CMDLINE_NOT_ALLOWED Reason = 21
+	// Secure Boot is off (or its db holds a certificate the policy does not
+	// list) and the policy requires it.
+	Reason_SECURE_BOOT_REQUIRED Reason = 22
+	// PCR 11 is not covered by a valid signature of a listed pcr11Signer for
+	// an accepted boot phase.
+	Reason_PCR_SIGNATURE_INVALID Reason = 23
 )
 
 // Enum value maps for Reason.
@@ -202,6 +215,11 @@ var (
 		15: "ROLE_NOT_ALLOWED",
 		16: "INTERNAL",
 		17: "UNAVAILABLE",
+		19: "EVENT_LOG_MISMATCH",
+		20: "COMPONENT_NOT_ALLOWED",
+		21: "CMDLINE_NOT_ALLOWED",
+		22: "SECURE_BOOT_REQUIRED",
+		23: "PCR_SIGNATURE_INVALID",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":      0,
@@ -222,6 +240,11 @@ var (
 		"ROLE_NOT_ALLOWED":        15,
 		"INTERNAL":                16,
 		"UNAVAILABLE":             17,
+		"EVENT_LOG_MISMATCH":      19,
+		"COMPONENT_NOT_ALLOWED":   20,
+		"CMDLINE_NOT_ALLOWED":     21,
+		"SECURE_BOOT_REQUIRED":    22,
+		"PCR_SIGNATURE_INVALID":   23,
 	}
 )
 
@@ -839,6 +862,18 @@ type TPMEvidence struct {
 	EkPublic []byte `protobuf:"bytes,5,opt,name=ek_public,json=ekPublic,proto3" json:"ek_public,omitempty"`
 	// DER of the EK certificate read from the TPM's NV index, if any.
 	EkCertificate []byte `protobuf:"bytes,6,opt,name=ek_certificate,json=ekCertificate,proto3" json:"ek_certificate,omitempty"`
+	// The firmware's TCG2 (crypto-agile) event log, as the kernel exposes it
+	// in /sys/kernel/security/tpm0/binary_bios_measurements. Empty when the
+	// agent found none.
+	FirmwareEventLog []byte `protobuf:"bytes,7,opt,name=firmware_event_log,json=firmwareEventLog,proto3" json:"firmware_event_log,omitempty"`
+	// systemd's userspace measurement log (/run/log/systemd/tpm2-measure.log,
+	// JSON-SEQ, systemd 254 and newer). Empty when absent (systemd 252 keeps
+	// none).
+	SystemdEventLog []byte `protobuf:"bytes,8,opt,name=systemd_event_log,json=systemdEventLog,proto3" json:"systemd_event_log,omitempty"`
+	// The PCR 11 signature JSON systemd-stub hands to the booted system from
+	// the UKI's .pcrsig section (/run/systemd/tpm2-pcr-signature.json).
+	// Empty when absent.
+	PcrSignature  []byte `protobuf:"bytes,9,opt,name=pcr_signature,json=pcrSignature,proto3" json:"pcr_signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -911,6 +946,27 @@ func (x *TPMEvidence) GetEkPublic() []byte {
 func (x *TPMEvidence) GetEkCertificate() []byte {
 	if x != nil {
 		return x.EkCertificate
+	}
+	return nil
+}
+
+func (x *TPMEvidence) GetFirmwareEventLog() []byte {
+	if x != nil {
+		return x.FirmwareEventLog
+	}
+	return nil
+}
+
+func (x *TPMEvidence) GetSystemdEventLog() []byte {
+	if x != nil {
+		return x.SystemdEventLog
+	}
+	return nil
+}
+
+func (x *TPMEvidence) GetPcrSignature() []byte {
+	if x != nil {
+		return x.PcrSignature
 	}
 	return nil
 }
@@ -1107,14 +1163,17 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\x0fVerifierMessage\x126\n" +
 	"\tchallenge\x18\x01 \x01(\v2\x16.latchkey.v1.ChallengeH\x00R\tchallenge\x12-\n" +
 	"\x06ticket\x18\x02 \x01(\v2\x13.latchkey.v1.TicketH\x00R\x06ticketB\x05\n" +
-	"\x03msg\"\x93\x02\n" +
+	"\x03msg\"\x92\x03\n" +
 	"\vTPMEvidence\x12\x1b\n" +
 	"\tak_public\x18\x01 \x01(\fR\bakPublic\x12\x14\n" +
 	"\x05quote\x18\x02 \x01(\fR\x05quote\x12\x1c\n" +
 	"\tsignature\x18\x03 \x01(\fR\tsignature\x126\n" +
 	"\x04pcrs\x18\x04 \x03(\v2\".latchkey.v1.TPMEvidence.PcrsEntryR\x04pcrs\x12\x1b\n" +
 	"\tek_public\x18\x05 \x01(\fR\bekPublic\x12%\n" +
-	"\x0eek_certificate\x18\x06 \x01(\fR\rekCertificate\x1a7\n" +
+	"\x0eek_certificate\x18\x06 \x01(\fR\rekCertificate\x12,\n" +
+	"\x12firmware_event_log\x18\a \x01(\fR\x10firmwareEventLog\x12*\n" +
+	"\x11systemd_event_log\x18\b \x01(\fR\x0fsystemdEventLog\x12#\n" +
+	"\rpcr_signature\x18\t \x01(\fR\fpcrSignature\x1a7\n" +
 	"\tPcrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"b\n" +
@@ -1133,7 +1192,7 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\aVariant\x12\x17\n" +
 	"\x13VARIANT_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vVARIANT_TPM\x10\x01\x12\x0f\n" +
-	"\vVARIANT_SNP\x10\x02*\xf8\x02\n" +
+	"\vVARIANT_SNP\x10\x02*\xf9\x03\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMALFORMED\x10\x01\x12\x13\n" +
@@ -1153,7 +1212,12 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\x12COLLATERAL_MISSING\x10\x0e\x12\x14\n" +
 	"\x10ROLE_NOT_ALLOWED\x10\x0f\x12\f\n" +
 	"\bINTERNAL\x10\x10\x12\x0f\n" +
-	"\vUNAVAILABLE\x10\x112R\n" +
+	"\vUNAVAILABLE\x10\x11\x12\x16\n" +
+	"\x12EVENT_LOG_MISMATCH\x10\x13\x12\x19\n" +
+	"\x15COMPONENT_NOT_ALLOWED\x10\x14\x12\x17\n" +
+	"\x13CMDLINE_NOT_ALLOWED\x10\x15\x12\x18\n" +
+	"\x14SECURE_BOOT_REQUIRED\x10\x16\x12\x19\n" +
+	"\x15PCR_SIGNATURE_INVALID\x10\x172R\n" +
 	"\vJoinService\x12C\n" +
 	"\x04Join\x12\x19.latchkey.v1.AgentMessage\x1a\x1c.latchkey.v1.VerifierMessage(\x010\x01B;Z9github.com/latchkey/latchkey/proto/latchkey/v1;latchkeyv1b\x06proto3"
 

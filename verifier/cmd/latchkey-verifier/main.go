@@ -4,6 +4,7 @@
 //	latchkey-verifier serve [--config FILE] [flags]
 //	latchkey-verifier pin [--config FILE]        print the serving SPKI pin
 //	latchkey-verifier policy check FILE          validate a policy file
+//	latchkey-verifier policy predict --uki FILE  print a UKI's reference values
 //	latchkey-verifier tokens list|revoke ID      tokens minted (admin API)
 //	latchkey-verifier collateral fetch ...       fill the SNP collateral cache from AMD KDS
 //	latchkey-verifier secret init FILE | id      create a master secret, print its key ID
@@ -20,6 +21,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,6 +35,7 @@ import (
 	"github.com/latchkey/latchkey/verifier/adminapi"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/policy"
+	"github.com/latchkey/latchkey/verifier/predict"
 	"github.com/latchkey/latchkey/verifier/servingcert"
 )
 
@@ -229,9 +232,14 @@ func pin(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+const policyUsage = "usage: latchkey-verifier policy check FILE | policy predict --uki FILE [--boot-loader FILE]... [--cmdline TEXT]... [--phase PHASE]... [--stub 252|254] [--secure-boot-off]"
+
 func policyCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "predict" {
+		return predictCmd(args[1:], stdout, stderr)
+	}
 	if len(args) != 2 || args[0] != "check" {
-		fmt.Fprintln(stderr, "usage: latchkey-verifier policy check FILE")
+		fmt.Fprintln(stderr, policyUsage)
 		return 2
 	}
 	// Checked in this process: the same parser and compiler the verifier
@@ -242,6 +250,44 @@ func policyCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "policy %s is valid (%s), %d variant(s) enabled\n", args[1], snap.Digest, len(snap.Validators))
+	return 0
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// predictCmd prints the reference values of a UKI (and the boot loaders
+// before it) as a policy snippet, with no boot: see package predict.
+func predictCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("latchkey-verifier policy predict", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o predict.Options
+	var loaders, cmdlines, phases listFlag
+	fs.StringVar(&o.UKI, "uki", "", "the unified kernel image (required)")
+	fs.Var(&loaders, "boot-loader", "an EFI application loaded before the UKI (repeatable)")
+	fs.Var(&cmdlines, "cmdline", "a command line the boot loader passes to the UKI (repeatable)")
+	fs.Var(&phases, "phase", "a boot phase to predict pcr 11 for (repeatable; default the agent's phases)")
+	stub := fs.String("stub", string(predict.Stub252), "systemd-stub generation in the UKI: 252 or 254")
+	fs.BoolVar(&o.SecureBootOff, "secure-boot-off", false, "admit machines with Secure Boot off")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 0 || o.UKI == "" {
+		fmt.Fprintln(stderr, policyUsage)
+		return 2
+	}
+	o.BootLoaders, o.Cmdlines, o.Phases, o.Stub = loaders, cmdlines, phases, predict.Stub(*stub)
+	s, u, err := predict.Predict(o)
+	if err == nil {
+		err = predict.Write(stdout, s, u)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "latchkey-verifier: %v\n", err)
+		return 1
+	}
 	return 0
 }
 

@@ -1,0 +1,270 @@
+package tpm
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/latchkey/latchkey/attest"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// BootPolicy is the component policy: reference values by boot component,
+// compared with the Boot the event logs verifiably describe. Every field
+// is a list, so a rollout lists the old and the new component together.
+// The zero value admits nothing: no boot loader, no UKI, no command line
+// from outside the UKI, and Secure Boot must be on with a db the policy
+// lists. `latchkey-verifier policy predict` prints the values of a UKI.
+type BootPolicy struct {
+	// UKIs are "sha256:<hex>" Authenticode digests of accepted UKIs (the
+	// PCR 4 application systemd-stub ran from).
+	UKIs []string `json:"ukis,omitempty"`
+	// BootLoaders are "sha256:<hex>" Authenticode digests of accepted
+	// applications loaded before the UKI (systemd-boot, shim), or of every
+	// application when no systemd-stub runs.
+	BootLoaders []string `json:"bootLoaders,omitempty"`
+	// KernelCmdlines are accepted kernel command lines. Empty: the UKI's
+	// own .cmdline is accepted with the UKI and a command line passed from
+	// outside it (PCR 12) is refused. Non-empty: every measured command
+	// line, built in (PCR 11 .cmdline, compared by SHA-256, with or without
+	// one trailing newline or NUL) or passed (PCR 12, compared as text),
+	// must be listed.
+	KernelCmdlines []string `json:"kernelCmdlines,omitempty"`
+	// SecureBoot is what PCR 7 must show.
+	SecureBoot SecureBootPolicy `json:"secureBoot,omitempty"`
+	// PCR11Signers are PEM public keys (RSA >= 2048 bits or ECDSA) whose
+	// `systemd-measure sign` signatures admit a UKI not in UKIs: the
+	// quoted PCR 11 must be the value a signature entry by one of these
+	// keys signs, in one of PCR11Phases. An image signed by a listed key
+	// is admitted with no policy edit; combine with Secure Boot (the
+	// default), since PCR 11 covers the UKI's sections but not the stub.
+	PCR11Signers []string `json:"pcr11Signers,omitempty"`
+	// PCR11Phases are the boot phases a signed PCR 11 may be in (default
+	// DefaultPCR11Phases, the phases the agent runs in), so a signature
+	// meant for the initrd does not admit a machine stopped there.
+	PCR11Phases []string `json:"pcr11Phases,omitempty"`
+}
+
+// SecureBootPolicy is the Secure Boot part of BootPolicy.
+type SecureBootPolicy struct {
+	// AllowDisabled admits machines with Secure Boot off. The zero value
+	// requires it on.
+	AllowDisabled bool `json:"allowDisabled,omitempty"`
+	// DBCertificates are PEM certificates accepted in the Secure Boot db:
+	// with Secure Boot on, every db certificate must be listed.
+	DBCertificates []string `json:"dbCertificates,omitempty"`
+}
+
+// DefaultPCR11Phases are the phases the agent unit runs in: after
+// sysinit.target, before or after systemd-pcrphase.service's "ready", with
+// a systemd initrd (which measures enter-initrd and leave-initrd) or
+// another one (Debian's initramfs-tools measures nothing).
+var DefaultPCR11Phases = []string{
+	"enter-initrd:leave-initrd:sysinit", "enter-initrd:leave-initrd:sysinit:ready",
+	"sysinit", "sysinit:ready",
+}
+
+// compiledBoot is a BootPolicy parsed once.
+type compiledBoot struct {
+	ukis, loaders  [][sha256.Size]byte
+	cmdlines       []string
+	cmdlineDigests [][sha256.Size]byte
+	allowSBOff     bool
+	db             [][]byte // DER
+	signers        []pcrSigner
+	phases         []string
+}
+
+func compileBoot(p *BootPolicy) (*compiledBoot, error) {
+	if p == nil {
+		return nil, nil
+	}
+	c := &compiledBoot{allowSBOff: p.SecureBoot.AllowDisabled, cmdlines: p.KernelCmdlines}
+	var err error
+	if c.ukis, err = parseDigests("boot.ukis", p.UKIs); err != nil {
+		return nil, err
+	}
+	if c.loaders, err = parseDigests("boot.bootLoaders", p.BootLoaders); err != nil {
+		return nil, err
+	}
+	for _, cl := range p.KernelCmdlines {
+		for _, v := range []string{cl, cl + "\n", cl + "\x00"} {
+			c.cmdlineDigests = append(c.cmdlineDigests, sha256.Sum256([]byte(v)))
+		}
+	}
+	for i, s := range p.SecureBoot.DBCertificates {
+		certs, err := parsePEMCerts([]byte(s))
+		if err != nil {
+			return nil, fmt.Errorf("boot.secureBoot.dbCertificates[%d]: %w", i, err)
+		}
+		for _, cert := range certs {
+			c.db = append(c.db, cert.Raw)
+		}
+	}
+	for i, s := range p.PCR11Signers {
+		sg, err := compileSigner(s)
+		if err != nil {
+			return nil, fmt.Errorf("boot.pcr11Signers[%d]: %w", i, err)
+		}
+		c.signers = append(c.signers, sg)
+	}
+	c.phases = p.PCR11Phases
+	if len(c.phases) == 0 {
+		c.phases = DefaultPCR11Phases
+	}
+	for i, ph := range c.phases {
+		if ph != strings.TrimSpace(ph) || strings.Contains(ph, "::") || strings.HasPrefix(ph, ":") || strings.HasSuffix(ph, ":") {
+			return nil, fmt.Errorf("boot.pcr11Phases[%d]: %q is not a ':'-separated list of phase words", i, ph)
+		}
+	}
+	return c, nil
+}
+
+func parseDigests(field string, in []string) ([][sha256.Size]byte, error) {
+	out := make([][sha256.Size]byte, 0, len(in))
+	for i, s := range in {
+		h, ok := strings.CutPrefix(s, "sha256:")
+		raw, err := hex.DecodeString(h)
+		if !ok || err != nil || len(raw) != sha256.Size || h != strings.ToLower(h) {
+			return nil, fmt.Errorf("%s[%d]: %q is not sha256:<64 lower-case hex digits>", field, i, s)
+		}
+		out = append(out, [sha256.Size]byte(raw))
+	}
+	return out, nil
+}
+
+// parsePEMPublicKey returns the DER of the one PUBLIC KEY block in s.
+func parsePEMPublicKey(s string) ([]byte, error) {
+	block, rest := pem.Decode([]byte(strings.TrimSpace(s)))
+	if block == nil || block.Type != "PUBLIC KEY" {
+		return nil, errors.New("not a pem PUBLIC KEY")
+	}
+	if len(bytes.TrimSpace(rest)) != 0 {
+		return nil, errors.New("text after the PUBLIC KEY block")
+	}
+	return block.Bytes, nil
+}
+
+func digestName(d [sha256.Size]byte) string { return "sha256:" + hex.EncodeToString(d[:]) }
+
+// check compares a verified state with the component policy. The checks,
+// in order, each with its reason:
+//
+//  1. EVENT_LOG_MISMATCH: the evidence carried a firmware event log.
+//  2. SECURE_BOOT_REQUIRED: Secure Boot is on unless allowed off; when
+//     on, every db certificate is in dbCertificates.
+//  3. COMPONENT_NOT_ALLOWED: every boot loader is in bootLoaders; a UKI
+//     was measured if ukis or pcr11Signers are set; the UKI is in ukis
+//     or, failing that, pcr11Signers are set (step 4 decides).
+//  4. PCR_SIGNATURE_INVALID (UKI not in ukis): PCR 11 is in one of
+//     pcr11Phases, and the signature JSON holds an entry whose policy
+//     digest is PolicyPCRDigest of the quoted PCR 11, signed by a listed
+//     key.
+//  5. CMDLINE_NOT_ALLOWED: the measured command lines are admitted (see
+//     BootPolicy.KernelCmdlines).
+func (c *compiledBoot) check(st *State) error {
+	b := st.Boot
+	if b == nil {
+		return mismatch("the policy checks boot components, the evidence carries no firmware event log")
+	}
+	if err := c.checkSecureBoot(b); err != nil {
+		return err
+	}
+	ukiAdmitted, err := c.checkApplications(b)
+	if err != nil {
+		return err
+	}
+	if !ukiAdmitted {
+		if err := c.checkPCR11Signature(st); err != nil {
+			return err
+		}
+	}
+	return c.checkCmdline(b)
+}
+
+func (c *compiledBoot) checkSecureBoot(b *Boot) error {
+	if !b.SecureBoot.Enabled {
+		if c.allowSBOff {
+			return nil
+		}
+		return attest.Refuse(latchkeyv1.Reason_SECURE_BOOT_REQUIRED, "secure boot is off (pcr 7), the policy requires it")
+	}
+	for _, cert := range b.SecureBoot.DB {
+		if !slices.ContainsFunc(c.db, func(der []byte) bool { return bytes.Equal(der, cert.Raw) }) {
+			return attest.Refuse(latchkeyv1.Reason_SECURE_BOOT_REQUIRED, "secure boot db certificate %q (%s) in pcr 7 is not allowed", cert.Subject.String(), certDigest(cert))
+		}
+	}
+	return nil
+}
+
+func certDigest(c *x509.Certificate) string { return digestName(sha256.Sum256(c.Raw)) }
+
+// checkApplications is step 3; it reports whether the UKI is in ukis.
+func (c *compiledBoot) checkApplications(b *Boot) (bool, error) {
+	uki, hasUKI := b.UKI()
+	for _, a := range b.Applications {
+		if a.Role == RoleBootLoader && !slices.Contains(c.loaders, a.Digest) {
+			return false, attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "boot loader %s in pcr 4 is not allowed", digestName(a.Digest))
+		}
+	}
+	if !hasUKI {
+		if len(c.ukis) > 0 || len(c.signers) > 0 {
+			return false, attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "no uki in pcr 4: pcr 11 holds no systemd-stub section measurements")
+		}
+		return true, nil
+	}
+	if slices.Contains(c.ukis, uki.Digest) {
+		return true, nil
+	}
+	if len(c.signers) == 0 {
+		return false, attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "uki %s in pcr 4 is not allowed", digestName(uki.Digest))
+	}
+	return false, nil
+}
+
+// checkPCR11Signature is step 4.
+func (c *compiledBoot) checkPCR11Signature(st *State) error {
+	b := st.Boot
+	uki, _ := b.UKI()
+	if !b.PhaseKnown || !slices.Contains(c.phases, b.Phase) {
+		return attest.Refuse(latchkeyv1.Reason_PCR_SIGNATURE_INVALID, "uki %s: pcr 11 is in boot phase %q, the policy accepts %q", digestName(uki.Digest), b.Phase, c.phases)
+	}
+	pcr11 := st.PCRs[pcrKernel]
+	pol := PolicyPCRDigest(pcr11)
+	if len(st.PCR11Signatures) == 0 {
+		return attest.Refuse(latchkeyv1.Reason_PCR_SIGNATURE_INVALID, "uki %s is not in ukis and the evidence carries no pcr 11 signature", digestName(uki.Digest))
+	}
+	var signedBy []string
+	for _, s := range st.PCR11Signatures {
+		if s.PolicyDigest != pol {
+			continue
+		}
+		for _, sg := range c.signers {
+			if sg.fp == s.KeyFingerprint && sg.verify(pol, s.Signature) {
+				return nil
+			}
+		}
+		signedBy = append(signedBy, digestName(s.KeyFingerprint))
+	}
+	if len(signedBy) == 0 {
+		return attest.Refuse(latchkeyv1.Reason_PCR_SIGNATURE_INVALID, "pcr 11 value %s (phase %q) is not signed: no signature entry has its policy digest %s", hex.EncodeToString(pcr11[:]), b.Phase, hex.EncodeToString(pol[:]))
+	}
+	return attest.Refuse(latchkeyv1.Reason_PCR_SIGNATURE_INVALID, "pcr 11 value %s (phase %q) is signed only by keys %v, none a valid signature of a pcr11Signer", hex.EncodeToString(pcr11[:]), b.Phase, signedBy)
+}
+
+// checkCmdline is step 5.
+func (c *compiledBoot) checkCmdline(b *Boot) error {
+	if b.CmdlinePassed && !slices.Contains(c.cmdlines, b.Cmdline) {
+		return attest.Refuse(latchkeyv1.Reason_CMDLINE_NOT_ALLOWED, "kernel command line %q in pcr 12 is not allowed", b.Cmdline)
+	}
+	if s, ok := b.Section(".cmdline"); ok && len(c.cmdlines) > 0 && !slices.Contains(c.cmdlineDigests, s.Digest) {
+		return attest.Refuse(latchkeyv1.Reason_CMDLINE_NOT_ALLOWED, "uki .cmdline %s in pcr 11 is not an allowed kernel command line", digestName(s.Digest))
+	}
+	return nil
+}

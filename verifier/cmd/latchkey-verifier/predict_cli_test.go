@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/latchkey/latchkey/verifier/policy"
+	"github.com/latchkey/latchkey/verifier/predict/predicttest"
+)
+
+// `policy predict` prints a snippet that, given a trust anchor, is a
+// policy `policy check` and the verifier accept; bad use exits 2.
+func TestPolicyPredictCLI(t *testing.T) {
+	dir := t.TempDir()
+	u := predicttest.BuildUKI(t, dir)
+	var out, errOut bytes.Buffer
+	if code := run([]string{"policy", "predict", "--uki", u.Path, "--phase", "sysinit", "--secure-boot-off"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	snippet := out.String()
+	if !strings.Contains(snippet, "ukis:\n    - sha256:") || !strings.Contains(snippet, "pcr11Phases:\n    - sysinit") {
+		t.Fatalf("snippet:\n%s", snippet)
+	}
+	pol := strings.Replace(snippet, "tpm:\n", "tpm:\n  akPublicKeyHashes: [\"sha256:"+strings.Repeat("a", 64)+"\"]\n", 1)
+	path := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(path, []byte(pol), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policy.LoadFile(path, policy.Deps{}); err != nil {
+		t.Fatalf("predicted policy does not load: %v\n%s", err, pol)
+	}
+	for _, args := range [][]string{{"policy", "predict"}, {"policy", "predict", "--uki", u.Path, "extra"}} {
+		if code := run(args, &out, &errOut); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if code := run([]string{"policy", "predict", "--uki", filepath.Join(dir, "missing.efi")}, &out, &errOut); code != 1 {
+		t.Errorf("missing uki: exit %d, want 1", code)
+	}
+}
