@@ -16,8 +16,9 @@ import (
 )
 
 // Policy is the snp section of the verifier's policy file: the reference
-// values an SEV-SNP report must match. It is parsed with sigs.k8s.io/yaml
-// UnmarshalStrict, so field names are the camelCase JSON tags below.
+// values an SEV-SNP report must match. It is parsed strictly and
+// case-sensitively (verifier/policy, through internal/strictyaml), so field
+// names are exactly the camelCase JSON tags below.
 //
 // Every reference value is a list, so an image upgrade rolls out by
 // listing the old and new values together. The zero value accepts nothing:

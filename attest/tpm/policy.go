@@ -15,8 +15,8 @@ import (
 )
 
 // Policy holds the TPM reference values of the verifier's policy file. It
-// is decoded with sigs.k8s.io/yaml UnmarshalStrict, hence the camelCase JSON
-// tags. The zero value trusts nothing: without an AK pin, an EK hash or an
+// is decoded strictly and case-sensitively (verifier/policy, through
+// internal/strictyaml), hence the camelCase JSON tags. The zero value trusts nothing: without an AK pin, an EK hash or an
 // EK CA, every evidence is refused as UNTRUSTED_AK.
 type Policy struct {
 	// PCRs maps a PCR index (0..23) to the lowercase-hex SHA-256 values it
