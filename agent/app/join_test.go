@@ -52,3 +52,15 @@ func TestJoinDisabledIsNoJoiner(t *testing.T) {
 		t.Fatalf("joiner %v err %v, want none", j, err)
 	}
 }
+
+func TestMeasureMarksMachineSpecificValues(t *testing.T) {
+	in := "apiVersion: latchkey/v1\ntpm:\n  ekPublicKeyHashes:\n  - sha256:ab\n  pcrs:\n    \"7\":\n    - cd\n"
+	out := string(markMachineSpecific([]byte(in)))
+	want := "  # machine-specific: this machine's EK only: for a fleet, trust the EK CA (ekCARoots) instead\n  ekPublicKeyHashes:\n"
+	if !strings.Contains(out, want) || strings.Count(out, "machine-specific") != 1 {
+		t.Fatalf("marked:\n%s", out)
+	}
+	if strings.ReplaceAll(out, want, "  ekPublicKeyHashes:\n") != in {
+		t.Fatal("marking changed more than the comment")
+	}
+}

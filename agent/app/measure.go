@@ -40,8 +40,29 @@ func Measure(ctx context.Context, cfg *config.Config, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("measure: %w", err)
 	}
-	_, err = fmt.Fprintf(w, "# latchkey reference values of this machine (%s); paste into the verifier policy\n%s%s", v, view, out)
+	_, err = fmt.Fprintf(w, "# latchkey reference values of this machine (%s); paste into the verifier policy\n%s%s", v, view, markMachineSpecific(out))
 	return err
+}
+
+// machineSpecific are the keys whose values belong to this one machine,
+// not to the image: pasted into a fleet policy they admit this machine
+// alone.
+var machineSpecific = map[string]string{
+	"ekPublicKeyHashes:": "this machine's EK only: for a fleet, trust the EK CA (ekCARoots) instead",
+	"akPublicKeyHashes:": "this machine's AK only",
+}
+
+// markMachineSpecific adds a comment above each machine-specific key.
+func markMachineSpecific(out []byte) []byte {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(string(out), "\n") {
+		if why, ok := machineSpecific[strings.TrimSpace(line)]; ok {
+			indent := line[:len(line)-len(strings.TrimLeft(line, " "))]
+			b.WriteString(indent + "# machine-specific: " + why + "\n")
+		}
+		b.WriteString(line)
+	}
+	return []byte(b.String())
 }
 
 // measureTPM is the raw PCR policy plus, when the machine has an event

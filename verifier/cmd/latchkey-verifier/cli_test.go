@@ -78,3 +78,26 @@ func TestServeMisconfigurationExitsTwo(t *testing.T) {
 		})
 	}
 }
+
+// `policy check` is the gate before deployment: a policy that trusts no
+// key, checks no measurement or pins a resettable PCR is refused, with
+// every finding named.
+func TestPolicyCheckRefusesUselessPolicies(t *testing.T) {
+	dir := t.TempDir()
+	digest := strings.Repeat("ab", 32)
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o600)
+		return p
+	}
+	bad := write("bad.yaml", "apiVersion: latchkey/v1\ntpm:\n  pcrs:\n    23: ["+digest+"]\n")
+	code, _, errs := runCLI(t, "policy", "check", bad)
+	if code != 1 || !strings.Contains(errs, "tpm: trusts no key") || !strings.Contains(errs, "pcrs.23 can be reset by software") ||
+		!strings.Contains(errs, "not fit to deploy") {
+		t.Fatalf("code %d, stderr %q", code, errs)
+	}
+	good := write("good.yaml", "apiVersion: latchkey/v1\ntpm:\n  ekPublicKeyHashes: [sha256:"+digest+"]\n  pcrs:\n    7: ["+digest+"]\n")
+	if code, out, errs := runCLI(t, "policy", "check", good); code != 0 || !strings.Contains(out, "is valid") {
+		t.Fatalf("good policy: code %d, out %q, err %q", code, out, errs)
+	}
+}

@@ -249,6 +249,16 @@ func policyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "policy %s is invalid: %v\n", args[1], err)
 		return 1
 	}
+	data, _ := policy.ReadFile(args[1])
+	if p, err := policy.Parse(data); err == nil {
+		if findings := policy.Lint(p); len(findings) > 0 {
+			for _, f := range findings {
+				fmt.Fprintf(stderr, "policy %s: %s\n", args[1], f)
+			}
+			fmt.Fprintf(stderr, "policy %s is well-formed (%s) but not fit to deploy\n", args[1], snap.Digest)
+			return 1
+		}
+	}
 	fmt.Fprintf(stdout, "policy %s is valid (%s), %d variant(s) enabled\n", args[1], snap.Digest, len(snap.Validators))
 	return 0
 }

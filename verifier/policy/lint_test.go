@@ -1,0 +1,39 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLintFindsUselessAndUnsafePolicies(t *testing.T) {
+	const pcr = "ab" // digest syntax is Parse's job, not Lint's
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"trusts nothing", "apiVersion: latchkey/v1\ntpm:\n  pcrs: {7: [" + pcr + "]}\n", "tpm: trusts no key"},
+		{"checks nothing", "apiVersion: latchkey/v1\ntpm:\n  ekPublicKeyHashes: [x]\n", "tpm: checks no measurement"},
+		{"resettable pcr", "apiVersion: latchkey/v1\ntpm:\n  ekPublicKeyHashes: [x]\n  pcrs: {23: [" + pcr + "]}\n", "tpm: pcrs.23 can be reset by software"},
+		{"snp measures nothing", "apiVersion: latchkey/v1\nsnp: {}\n", "snp: lists no launch measurement"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse([]byte(tc.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Join(Lint(p), "\n")
+			if !strings.Contains(got, tc.want) {
+				t.Fatalf("lint = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLintPassesASoundPolicy(t *testing.T) {
+	p, err := Parse([]byte("apiVersion: latchkey/v1\ntpm:\n  ekPublicKeyHashes: [x]\n  pcrs: {7: [ab]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := Lint(p); len(l) != 0 {
+		t.Fatalf("lint = %v", l)
+	}
+}
