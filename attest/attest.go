@@ -10,6 +10,7 @@ package attest
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
@@ -83,6 +84,12 @@ type State interface {
 	// Variant names the variant whose verifier produced the state.
 	Variant() latchkeyv1.Variant
 }
+
+// ErrDevice marks a failure of the evidence device itself (a TPM out of
+// object memory or locked out, an SNP guest device that does not answer):
+// not a verifier or policy matter, so the agent stops trying that boot and
+// reports it with its own exit code.
+var ErrDevice = errors.New("evidence device failure")
 
 // EvidenceDigest hashes evidence for Verified.EvidenceDigest.
 func EvidenceDigest(evidence []byte) [sha256.Size]byte { return sha256.Sum256(evidence) }

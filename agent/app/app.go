@@ -78,6 +78,11 @@ func NewIssuer(cfg *config.Config) (attest.Issuer, error) {
 	if variant(cfg) == "snp" {
 		return snp.NewIssuer(snp.IssuerConfig{})
 	}
+	// A TPM without a resource manager keeps what a killed agent loaded;
+	// at boot the agent is its only user, so that is flushed first.
+	if _, err := tpm.FlushStale(cfg.TPM.Device); err != nil {
+		return nil, err
+	}
 	return tpm.NewIssuer(tpm.IssuerConfig{Device: cfg.TPM.Device, PCRs: cfg.TPM.PCRs, Logs: tpmLogs(cfg)})
 }
 
@@ -143,6 +148,8 @@ func ExitCode(err error) int {
 		return exitcode.Stopped
 	case errors.Is(err, atls.ErrPinMismatch):
 		return exitcode.VerifierNotAuthenticated
+	case errors.Is(err, attest.ErrDevice):
+		return exitcode.DeviceFailed
 	case errors.Is(err, ticket.ErrUnreachable):
 		return exitcode.VerifierUnreachable
 	case errors.As(err, &se) && se.Stage == boot.StageDisk:

@@ -8,6 +8,7 @@ import (
 	"github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/exitcode"
 	"github.com/latchkey/latchkey/agent/ticket"
+	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -28,6 +29,7 @@ func TestExitCode(t *testing.T) {
 		{"stopped", fmt.Errorf("%w before a ticket arrived", ticket.ErrStopped), exitcode.Stopped},
 		{"disk", &boot.StageError{Stage: boot.StageDisk, Err: errors.New("foreign data")}, exitcode.DiskRefused},
 		{"join", &boot.StageError{Stage: boot.StageJoin, Err: errors.New("kubeadm")}, exitcode.KubeadmFailed},
+		{"tpm device", fmt.Errorf("evidence device failed: %w", attest.ErrDevice), exitcode.DeviceFailed},
 		{"anything else", errors.New("bug"), exitcode.Internal},
 	} {
 		if got := ExitCode(tc.err); got != tc.want {

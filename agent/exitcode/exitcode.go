@@ -39,10 +39,14 @@ const (
 	// Stopped: the agent was told to stop (SIGTERM) before the boot
 	// finished; nothing failed.
 	Stopped = 8
+	// DeviceFailed: the TPM or the SEV-SNP guest device failed (out of
+	// object memory, locked out, not answering). systemd restarts the
+	// agent, which first flushes what an earlier run left on the TPM.
+	DeviceFailed = 9
 )
 
 // Last is the highest code the agent uses.
-const Last = Stopped
+const Last = DeviceFailed
 
 // Name returns a short stable name for code, for log lines and the
 // `latchkey-agent status` output.
@@ -66,6 +70,8 @@ func Name(code int) string {
 		return "verifier-not-authenticated"
 	case Stopped:
 		return "stopped"
+	case DeviceFailed:
+		return "device-failed"
 	default:
 		return "unknown"
 	}

@@ -138,6 +138,11 @@ func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, e
 		if c.cfg.OnAttemptFailed != nil {
 			c.cfg.OnAttemptFailed(err)
 		}
+		if errors.Is(err, attest.ErrDevice) {
+			// The TPM (or SNP device) failed: no verifier can fix that,
+			// so stop instead of retrying for the whole timeout.
+			return nil, fmt.Errorf("evidence device failed: %w", err)
+		}
 		wait := c.backoff(n, err)
 		c.cfg.Logger.Warn("join attempt failed", "endpoint", ep, "attempt", n+1,
 			"reason", reasonString(err), "error", err.Error(), "retry_in", wait.Round(time.Millisecond).String())

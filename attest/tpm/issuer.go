@@ -79,14 +79,14 @@ func (i *Issuer) Attest(ctx context.Context, binding []byte) (attest.Attestation
 	}
 	c, err := open(i.device)
 	if err != nil {
-		return nil, fmt.Errorf("tpm attest: %w", err)
+		return nil, fmt.Errorf("tpm attest: %w: %w", ErrDevice, err)
 	}
 	a := &attestation{conn: c}
 	stop := c.interruptible(ctx)
 	err = a.make(i.pcrs, i.logs, binding)
 	stop()
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("tpm attest: %w", err), a.Close())
+		return nil, errors.Join(fmt.Errorf("tpm attest: %w", deviceError(err)), a.Close())
 	}
 	return a, nil
 }
