@@ -142,7 +142,7 @@ func TestCrashDuringMkfs(t *testing.T) {
 func TestReadyFileSystemNeverRemade(t *testing.T) {
 	r := newRig(t, testDiskSize)
 	key := testKey(23)
-	r.mustBoot(r.stage(nil), key)
+	plan, _ := r.mustBoot(r.stage(nil), key)
 	r.kernel.powerOff()
 	writeDev(t, r.dev, DataOffset, make([]byte, 64<<10)) // the superblock is gone
 
@@ -150,8 +150,17 @@ func TestReadyFileSystemNeverRemade(t *testing.T) {
 	if !errors.Is(err, ErrVolumeContent) || r.rec.Ran("mkfs") != 0 {
 		t.Fatalf("damaged volume: %v (mkfs ran %d times), want ErrVolumeContent and no mkfs", err, r.rec.Ran("mkfs"))
 	}
+	if !strings.Contains(err.Error(), "set wipeStateDisk to "+plan.UUID) {
+		t.Fatalf("refusal %q does not say what to set", err)
+	}
 	r.kernel.powerOff()
-	_, res := r.mustBoot(r.stage(func(c *LUKSConfig) { c.WipeStateDisk = true }), key)
+	// A wipe naming another disk remakes nothing.
+	_, _, err = r.boot(r.stage(func(c *LUKSConfig) { c.WipeStateDisk = newUUID() }), key)
+	if !errors.Is(err, ErrWipeMismatch) || r.rec.Ran("mkfs") != 0 {
+		t.Fatalf("wipe naming another disk: %v (mkfs ran %d times)", err, r.rec.Ran("mkfs"))
+	}
+	r.kernel.powerOff()
+	_, res := r.mustBoot(r.stage(func(c *LUKSConfig) { c.WipeStateDisk = plan.UUID }), key)
 	if !res.MadeFileSystem {
 		t.Fatalf("with WipeStateDisk: %+v, want the file system remade", res)
 	}
