@@ -231,11 +231,18 @@ func mdSuperblock090() []byte {
 	return sb
 }
 
+// checkBlkidSees checks libblkid, and mdadm's own parser (which needs no
+// md driver to read a superblock), recognise the crafted superblock.
 func checkBlkidSees(t *testing.T, dev, typ string) {
 	t.Helper()
 	res, _ := realRunner.Run(context.Background(), execx.Cmd{Name: "blkid", Args: []string{"-p", "-o", "export", dev}})
 	if !strings.Contains(string(res.Stdout), "TYPE="+typ) {
 		t.Fatalf("the crafted superblock is not what libblkid recognises (blkid -p says %q)", res.Stdout)
+	}
+	needTool(t, "mdadm", "mdadm")
+	out := run(t, nil, "mdadm", "--examine", dev)
+	if !strings.Contains(out, "Magic : a92b4efc") || !strings.Contains(out, "Raid Level : raid1") || !strings.Contains(out, "- correct") {
+		t.Fatalf("mdadm --examine does not accept the crafted superblock:\n%s", out)
 	}
 }
 
