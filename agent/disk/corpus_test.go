@@ -281,3 +281,33 @@ func randomBytes(n int) []byte {
 	rand.Read(b)
 	return b
 }
+
+// TestPreadFallbackSeesTheSame: with Linux AIO unavailable the scan
+// falls back to blocking preads, which must find the same things.
+func TestPreadFallbackSeesTheSame(t *testing.T) {
+	requireRoot(t)
+	useAIO = false
+	defer func() { useAIO = true }()
+	for _, c := range corpus() {
+		if !strings.Contains(c.name, "at 64 MiB") && !strings.Contains(c.name, "middle of the device") {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, c.size)
+			c.make(t, r.dev, c.size)
+			before := checksum(t, r.dev)
+			_, err := r.stage(nil).Prepare(context.Background())
+			if !errors.Is(err, ErrForeignData) || !strings.Contains(err.Error(), c.found) {
+				t.Fatalf("Prepare: %v\nwant ErrForeignData naming %q", err, c.found)
+			}
+			if checksum(t, r.dev) != before {
+				t.Fatal("device changed")
+			}
+		})
+	}
+	// And a blank disk is still blank.
+	r := newRig(t, testDiskSize)
+	if plan, err := r.stage(nil).Prepare(context.Background()); err != nil || plan.Rejoin {
+		t.Fatalf("blank disk through preads: %+v, %v", plan, err)
+	}
+}

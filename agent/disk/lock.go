@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,7 +34,10 @@ type diskLock struct {
 func (l *LUKS) lockDisk(ctx context.Context, d *device, how int) (*diskLock, error) {
 	path, err := wholeDisk(d.rdev)
 	if err != nil {
-		return nil, err
+		// No sysfs (a minimal initramfs): lock the device itself, which
+		// still serialises agents configured with the same device.
+		l.cfg.Logger.Debug("state disk: whole disk unknown, locking the device itself", slog.String("device", d.path), slog.String("err", err.Error()))
+		path = d.path
 	}
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
