@@ -171,7 +171,7 @@ func BenchmarkBlankCheck(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StartTimer()
-				res, err := scanDevice(context.Background(), d)
+				res, err := scanDevice(context.Background(), d, 0)
 				d.Close() // the loop device is detached at cleanup
 				if err != nil || !res.blank() || res.candidates != c.gib<<10 {
 					b.Fatalf("scan: %+v, %v", res, err)

@@ -234,3 +234,29 @@ func TestMapFailureIsResumable(t *testing.T) {
 		t.Fatalf("plan %+v, result %+v", plan, res)
 	}
 }
+
+// TestInterruptedInstallOverDataRefused: an interrupted header install
+// writes nothing past the header area, so one with data behind it (a
+// wipe boot cut short, or a disk made to look like an interrupted
+// install) is foreign: refused, and redone only when WipeStateDisk names
+// the disk.
+func TestInterruptedInstallOverDataRefused(t *testing.T) {
+	r := newRig(t, testDiskSize)
+	key := testKey(27)
+	plan, _ := crashFirstBoot(t, r, key, StepHeaderPartial)
+	r.kernel.powerOff()
+	writeDev(t, r.dev, 40*mib, []byte("data latchkey did not write"))
+	before := checksum(t, r.dev)
+	_, err := r.stage(nil).Prepare(context.Background())
+	if !errors.Is(err, ErrForeignData) || !strings.Contains(err.Error(), "an interrupted latchkey header install, over unrecognised non-zero data at byte 41943040 (40 MiB)") ||
+		!strings.Contains(err.Error(), `set wipeStateDisk to "`+plan.UUID+`"`) {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if checksum(t, r.dev) != before {
+		t.Fatal("device changed")
+	}
+	plan2, res := r.mustBoot(r.stage(func(c *LUKSConfig) { c.WipeStateDisk = plan.UUID }), key)
+	if plan2.Rejoin || !res.Formatted || !res.MadeFileSystem {
+		t.Fatalf("with the wipe: plan %+v, result %+v", plan2, res)
+	}
+}

@@ -56,10 +56,10 @@ func (l *LUKS) classify(ctx context.Context, d *device) (probe, error) {
 	if p, done := classifyLUKS(head); done {
 		return p, nil
 	}
-	if p, done, err := l.classifyInterrupted(d, head); err != nil || done {
+	if p, done, err := l.classifyInterrupted(ctx, d, head); err != nil || done {
 		return p, err
 	}
-	res, err := scanDevice(ctx, d)
+	res, err := scanDevice(ctx, d, 0)
 	if err != nil {
 		return probe{}, err
 	}
@@ -122,8 +122,12 @@ func classifyLUKS(head []byte) (probe, bool) {
 
 // classifyInterrupted recognises latchkey's cut-short header install: no
 // primary header at all (its 4 KiB are zero), a secondary binary header
-// with latchkey's label and sizes, and an empty state-record gap.
-func (l *LUKS) classifyInterrupted(d *device, head []byte) (probe, bool, error) {
+// with latchkey's label and sizes, and an empty state-record gap. The
+// install writes nothing past the header area, so the rest of the device
+// must pass the blank-device check too: an interrupted install over data
+// (a WipeStateDisk boot cut short, or a disk made to look like one) is
+// foreign, and redone only if WipeStateDisk still names the disk.
+func (l *LUKS) classifyInterrupted(ctx context.Context, d *device, head []byte) (probe, bool, error) {
 	sec := head[secondaryOffset : secondaryOffset+binHeaderSize]
 	if !allZero(head[:binHeaderSize]) || !bytes.Equal(sec[:6], secondaryMagic) {
 		return probe{}, false, nil
@@ -139,6 +143,15 @@ func (l *LUKS) classifyInterrupted(d *device, head []byte) (probe, bool, error) 
 	}
 	if !allZero(gap) {
 		return foreign(head, "a secondary LUKS2 header without a primary header, on a disk that was in use"), true, nil
+	}
+	res, err := scanDevice(ctx, d, DataOffset)
+	if err != nil {
+		return probe{}, false, err
+	}
+	if !res.blank() {
+		p := foreign(head, "an interrupted latchkey header install, over "+res.describe())
+		p.uuid = h.uuid
+		return p, true, nil
 	}
 	return probe{kind: kindInterrupted, uuid: h.uuid, head: head}, true, nil
 }

@@ -111,14 +111,16 @@ type scanner struct {
 	stop       atomic.Bool
 }
 
-// scanDevice runs the blank-device check on d. It never writes.
+// scanDevice runs the blank-device check on d from byte from on (0, or
+// DataOffset to check everything but latchkey's own header area). It
+// never writes.
 //
 // The order of the reads matters on loop devices over a sparse file: a
 // 16 MiB sequential read that ends where the probes begin makes the
 // backing file's readahead treat the probes as a sequential stream and
 // read (zero-fill) the whole file, 30 to 100 times slower. So the tail
 // is read first, then the probes, and the head last.
-func scanDevice(ctx context.Context, d *device) (scanResult, error) {
+func scanDevice(ctx context.Context, d *device, from int64) (scanResult, error) {
 	s := &scanner{d: d, tailOff: d.size - tailScanLength}
 	var err error
 	if s.tail, err = d.read(s.tailOff, tailScanLength); err != nil {
@@ -128,9 +130,9 @@ func scanDevice(ctx context.Context, d *device) (scanResult, error) {
 		s.noteData(s.tailOff + int64(i))
 	}
 	s.checkEnd()
-	s.res.candidates = (d.size + candidateStride - 1) / candidateStride
+	s.res.candidates = (d.size - from + candidateStride - 1) / candidateStride
 	var near, far []int64
-	for c := int64(0); c < d.size; c += candidateStride {
+	for c := from; c < d.size; c += candidateStride {
 		if s.inMemory(c) {
 			near = append(near, c)
 		} else {
@@ -142,11 +144,13 @@ func scanDevice(ctx context.Context, d *device) (scanResult, error) {
 			return scanResult{}, err
 		}
 	}
-	if s.head, err = d.read(0, headScanLength); err != nil {
-		return scanResult{}, err
-	}
-	if i := firstNonZero(s.head); i >= 0 {
-		s.noteData(int64(i))
+	if from < headScanLength {
+		if s.head, err = d.read(0, headScanLength); err != nil {
+			return scanResult{}, err
+		}
+		if i := firstNonZero(s.head[from:]); i >= 0 {
+			s.noteData(from + int64(i))
+		}
 	}
 	// Candidates whose windows all lie in the head or tail: in memory.
 	for _, c := range near {
