@@ -198,7 +198,13 @@ func (s *scanner) memView(c int64) view {
 // probeAll reads the probe windows of every far candidate, spread over
 // a few workers, and stops early once a signature is found.
 func (s *scanner) probeAll(ctx context.Context, far []int64) error {
-	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", s.d.f.Fd()), os.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	// The same open device, again, for direct I/O; a device that refuses
+	// O_DIRECT is read through the page cache instead.
+	self := fmt.Sprintf("/proc/self/fd/%d", s.d.f.Fd())
+	f, err := os.OpenFile(self, os.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.EINVAL) {
+		f, err = os.OpenFile(self, os.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
 		return fmt.Errorf("open %s for the blank-device scan: %w", s.d.path, err)
 	}
