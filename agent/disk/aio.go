@@ -82,13 +82,12 @@ func (s *scanner) probeAIO(ctx context.Context, fd int, far []int64) error {
 		free = append(free, i)
 	}
 	events := make([]aioEvent, depth)
-	submit := make([]*aioCB, 0, depth)
+	queue := make([]*aioCB, 0, depth) // prepared, not yet taken by the kernel
 	next, inFlight := 0, 0
-	for (next < len(far) && !s.stop.Load()) || inFlight > 0 {
+	for (next < len(far) && !s.stop.Load()) || inFlight > 0 || len(queue) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		submit = submit[:0]
 		for len(free) > 0 && next < len(far) && !s.stop.Load() {
 			i := free[len(free)-1]
 			free = free[:len(free)-1]
@@ -104,7 +103,7 @@ func (s *scanner) probeAIO(ctx context.Context, fd int, far []int64) error {
 				cb := &cbs[i*nw+j]
 				*cb = aioCB{data: uint64(i*nw + j), opcode: aioPRead, fildes: uint32(fd),
 					buf: uint64(uintptr(unsafe.Pointer(&sl.bufs[j][0]))), nbytes: uint64(n), offset: off}
-				submit = append(submit, cb)
+				queue = append(queue, cb)
 				sl.pending++
 			}
 			if sl.pending == 0 {
@@ -112,16 +111,21 @@ func (s *scanner) probeAIO(ctx context.Context, fd int, far []int64) error {
 				free = append(free, i)
 			}
 		}
-		for done := 0; done < len(submit); {
-			r, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, uintptr(aioCtx), uintptr(len(submit)-done), uintptr(unsafe.Pointer(&submit[done])))
-			if e == unix.EAGAIN || e == unix.EINTR {
+		if len(queue) > 0 {
+			r, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, uintptr(aioCtx), uintptr(len(queue)), uintptr(unsafe.Pointer(&queue[0])))
+			switch {
+			case e == unix.EINTR:
 				continue
-			}
-			if e != 0 {
+			case e == unix.EAGAIN:
+				if inFlight == 0 {
+					return fmt.Errorf("io_submit on %s: %v with nothing in flight", s.d.path, e)
+				}
+			case e != 0:
 				return fmt.Errorf("io_submit on %s: %v", s.d.path, e)
+			default:
+				inFlight += int(r)
+				queue = queue[:copy(queue, queue[r:])]
 			}
-			done += int(r)
-			inFlight += int(r)
 		}
 		if inFlight == 0 {
 			continue
