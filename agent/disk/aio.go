@@ -58,7 +58,7 @@ type aioSlot struct {
 
 // probeAIO reads the probe windows of every candidate in far through
 // io_submit and checks each candidate when all its windows are in.
-func (s *scanner) probeAIO(ctx context.Context, fd int, far []int64) error {
+func (s *scanner) probeAIO(ctx context.Context, fd int, far candidates) error {
 	if !useAIO {
 		return errNoAIO
 	}
@@ -83,16 +83,16 @@ func (s *scanner) probeAIO(ctx context.Context, fd int, far []int64) error {
 	}
 	events := make([]aioEvent, depth)
 	queue := make([]*aioCB, 0, depth) // prepared, not yet taken by the kernel
-	next, inFlight := 0, 0
-	for (next < len(far) && !s.stop.Load()) || inFlight > 0 || len(queue) > 0 {
+	next, inFlight := int64(0), 0
+	for (next < far.n && !s.stop.Load()) || inFlight > 0 || len(queue) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		for len(free) > 0 && next < len(far) && !s.stop.Load() {
+		for len(free) > 0 && next < far.n && !s.stop.Load() {
 			i := free[len(free)-1]
 			free = free[:len(free)-1]
 			sl := &slots[i]
-			sl.cand, sl.pending = far[next], 0
+			sl.cand, sl.pending = far.at(next), 0
 			next++
 			for j, w := range probeWindows {
 				sl.got[j] = nil
