@@ -85,3 +85,43 @@ func TestWipeStateDiskOverridesForeignData(t *testing.T) {
 		t.Fatal("header rewritten")
 	}
 }
+
+// TestWipeStateDiskByIDAndLUKSUUID: the other two ways to name a disk.
+// A LUKS1 disk's refusal offers its LUKS UUID; a by-id link (in a test
+// copy of /dev/disk/by-id) that resolves to the device names it too,
+// while one resolving to another device does not.
+func TestWipeStateDiskByIDAndLUKSUUID(t *testing.T) {
+	r := newRig(t, testDiskSize)
+	other := newLoop(t, testDiskSize)
+	run(t, testKey(9), "cryptsetup", "luksFormat", "--batch-mode", "--type", "luks1", "--pbkdf-force-iterations", "1000", "--key-file", "-", r.dev)
+	uuid := strings.TrimSpace(run(t, nil, "cryptsetup", "luksUUID", r.dev))
+	dir := t.TempDir()
+	old := byIDDir
+	byIDDir = dir
+	defer func() { byIDDir = old }()
+	os.Symlink(r.dev, filepath.Join(dir, "virtio-state-disk"))
+	os.Symlink(other, filepath.Join(dir, "virtio-other-disk"))
+
+	_, err := r.stage(nil).Prepare(context.Background())
+	if !errors.Is(err, ErrForeignData) || !strings.Contains(err.Error(), "a LUKS1 header at byte 0") ||
+		!strings.Contains(err.Error(), `set wipeStateDisk to "`+filepath.Join(dir, "virtio-state-disk")+`" (this disk's by-id name)`) {
+		t.Fatalf("Prepare: %v", err)
+	}
+	before := checksum(t, r.dev)
+	_, err = r.stage(func(c *LUKSConfig) { c.WipeStateDisk = filepath.Join(dir, "virtio-other-disk") }).Prepare(context.Background())
+	if !errors.Is(err, ErrWipeMismatch) || !strings.Contains(err.Error(), "LUKS UUID "+uuid) {
+		t.Fatalf("a by-id name of another disk: %v", err)
+	}
+	if checksum(t, r.dev) != before {
+		t.Fatal("device changed")
+	}
+	for _, name := range []string{uuid, filepath.Join(dir, "virtio-state-disk")} {
+		r.kernel.powerOff()
+		writeDev(t, r.dev, 0, make([]byte, DataOffset)) // back to the LUKS1 disk for the second name
+		run(t, testKey(9), "cryptsetup", "luksFormat", "--batch-mode", "--type", "luks1", "--uuid", uuid, "--pbkdf-force-iterations", "1000", "--key-file", "-", r.dev)
+		plan, res := r.mustBoot(r.stage(func(c *LUKSConfig) { c.WipeStateDisk = name }), testKey(8))
+		if plan.Rejoin || !res.Formatted {
+			t.Fatalf("wipe naming %s: plan %+v, result %+v", name, plan, res)
+		}
+	}
+}
