@@ -260,3 +260,19 @@ func TestInterruptedInstallOverDataRefused(t *testing.T) {
 		t.Fatalf("with the wipe: plan %+v, result %+v", plan2, res)
 	}
 }
+
+// TestHeaderOnDiskTooSmallForXFS: a header already on a disk too small
+// for xfs (written before the size check existed, or fsType changed
+// after a crash before mkfs) is refused with what to change, not by mkfs
+// failing at every boot.
+func TestHeaderOnDiskTooSmallForXFS(t *testing.T) {
+	r := newRig(t, testDiskSize)
+	key := testKey(28)
+	crashFirstBoot(t, r, key, StepHeaderWritten)
+	r.kernel.powerOff()
+	_, _, err := r.boot(r.stage(func(c *LUKSConfig) { c.FSType = "xfs" }), key)
+	if !errors.Is(err, ErrUnusable) || !strings.Contains(err.Error(), "too small for fsType xfs (needs at least 331350016 bytes); use fsType ext4 or a larger disk") ||
+		r.rec.Ran("mkfs") != 0 {
+		t.Fatalf("boot: %v (mkfs ran %d times)", err, r.rec.Ran("mkfs"))
+	}
+}

@@ -64,6 +64,12 @@ func (l *LUKS) ensureFileSystem(ctx context.Context, d *device, mapped, uuid str
 // makeFileSystem records "mkfs", runs mkfs, records "ready".
 func (l *LUKS) makeFileSystem(ctx context.Context, d *device, mapped, uuid string, prev *stateRecord) (string, bool, error) {
 	fstype := l.cfg.FSType
+	if need := minSize(fstype); d.size < need {
+		// A header an older agent wrote on a disk too small for the file
+		// system: say so instead of failing in mkfs at every boot.
+		return "", false, fmt.Errorf("%w: state disk %s is %d bytes, too small for fsType %s (needs at least %d bytes); use fsType ext4 or a larger disk",
+			ErrUnusable, d.path, d.size, fstype, need)
+	}
 	rec, err := writeRecord(d, prev, stateRecord{UUID: uuid, State: recordMkfs, FSType: fstype})
 	if err != nil {
 		return "", false, err
