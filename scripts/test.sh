@@ -26,7 +26,8 @@ need_go
 need_packages swtpm:swtpm swtpm_setup:swtpm-tools tpm2_pcrextend:tpm2-tools cryptsetup:cryptsetup-bin \
   protoc:protobuf-compiler mkfs.xfs:xfsprogs pvcreate:lvm2 sgdisk:gdisk mkfs.ext4:e2fsprogs \
   blkid:util-linux python3:python3 shellcheck:shellcheck objcopy:binutils osslsigncode:osslsigncode \
-  /usr/lib/systemd/boot/efi/linuxx64.efi.stub:systemd-boot-efi
+  /usr/lib/systemd/boot/efi/linuxx64.efi.stub:systemd-boot-efi mkfs.btrfs:btrfs-progs mkfs.vfat:dosfstools \
+  xorriso:xorriso sfdisk:fdisk mdadm:mdadm
 
 declare -A took=()
 tier() {

@@ -123,7 +123,7 @@ func newDisk(cfg *config.Config, log *slog.Logger) (disk.Stage, error) {
 	return disk.NewLUKS(disk.LUKSConfig{
 		Device: cfg.Disk.Device, PartLabel: cfg.Disk.PartLabel, WaitTimeout: cfg.Disk.WaitTimeout.Duration,
 		MountPoint: cfg.Disk.MountPoint, BindMounts: cfg.Disk.BindMounts, FSType: cfg.Disk.FSType,
-		WipeStateDisk: cfg.Disk.WipeStateDisk, Logger: log,
+		WipeStateDisk: string(cfg.Disk.WipeStateDisk), Logger: log,
 		Runner: execx.New(execx.Config{Logger: log}),
 	})
 }

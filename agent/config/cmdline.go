@@ -10,9 +10,13 @@ import (
 const maxCmdline = 64 << 10
 
 // ApplyKernelCmdline overlays latchkey.verifier= and latchkey.pin= (each a
-// comma-separated list; repeated keys add up) from a kernel command line.
+// comma-separated list; repeated keys add up) and latchkey.wipeStateDisk=
+// (one disk's serial, by-id name or LUKS UUID; the last one wins) from a
+// kernel command line. The command line is where a one-boot wipe belongs:
+// it is gone at the next boot, unlike a setting baked into the image.
 func (c *Config) ApplyKernelCmdline(cmdline string) {
 	var verifiers, pins []string
+	var wipe string
 	for _, f := range strings.Fields(cmdline) {
 		k, v, ok := strings.Cut(f, "=")
 		if !ok {
@@ -23,7 +27,12 @@ func (c *Config) ApplyKernelCmdline(cmdline string) {
 			verifiers = append(verifiers, splitList(v)...)
 		case "latchkey.pin":
 			pins = append(pins, splitList(v)...)
+		case "latchkey.wipeStateDisk":
+			wipe = v
 		}
+	}
+	if wipe != "" {
+		c.Disk.WipeStateDisk = WipeTarget(wipe)
 	}
 	if len(verifiers) > 0 {
 		c.Verifiers = verifiers

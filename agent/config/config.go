@@ -3,17 +3,19 @@
 //
 //  1. the config file (default /etc/latchkey/agent.yaml; what an image
 //     builder bakes in),
-//  2. the kernel command line (latchkey.verifier=, latchkey.pin=; what a
-//     VM's boot configuration sets per machine),
+//  2. the kernel command line (latchkey.verifier=, latchkey.pin=,
+//     latchkey.wipeStateDisk=; what a VM's boot configuration sets per
+//     machine, or an operator for one boot),
 //  3. command-line flags (what an operator types).
 //
 // A later source replaces a list from an earlier one as a whole; it does
 // not append. The zero value of every option is the secure one: no pin
 // means no run unless insecureSkipVerifierAuth is set, and the state disk
-// is never wiped unless wipeStateDisk is set.
+// is never wiped unless wipeStateDisk names it.
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -95,11 +97,46 @@ type Disk struct {
 	BindMounts []string `json:"bindMounts,omitempty"`
 	// FSType is ext4 (default) or xfs.
 	FSType string `json:"fsType,omitempty"`
-	// WipeStateDisk allows formatting a disk that carries data. It destroys
-	// that data; it exists for re-provisioning a node on purpose.
-	WipeStateDisk bool `json:"wipeStateDisk,omitempty"`
+	// WipeStateDisk names the one disk the agent may destroy and format
+	// although it carries data: its serial, a /dev/disk/by-id/ name or the
+	// UUID of the LUKS header on it. A value that names another disk
+	// destroys nothing. It exists for re-provisioning a node on purpose.
+	WipeStateDisk WipeTarget `json:"wipeStateDisk,omitempty"`
 	// WaitTimeout bounds the wait for the device to appear (default 60s).
 	WaitTimeout Duration `json:"waitTimeout,omitempty"`
+}
+
+// WipeTarget is disk.wipeStateDisk: a disk's serial, by-id name or LUKS
+// UUID, written as a string. It used to be a boolean; a boolean (or any
+// other non-string) is refused with what to write instead, so an old
+// config cannot silently mean "wipe whatever disk is there".
+type WipeTarget string
+
+// UnmarshalJSON accepts only a JSON string (sigs.k8s.io/yaml turns YAML
+// into JSON first, so `true`, `yes` and unquoted numbers arrive here as
+// non-strings).
+func (w *WipeTarget) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil && !yesNo(s) {
+		*w = WipeTarget(s)
+		return nil
+	}
+	if v := strings.Trim(string(b), `"`); v == "true" || v == "false" || yesNo(v) {
+		return fmt.Errorf("disk.wipeStateDisk is %s, but it now names the disk it may destroy: "+
+			"put that disk's serial (udevadm info --query=property --name=/dev/vdb | grep ID_SERIAL), "+
+			"a /dev/disk/by-id/ name or its LUKS UUID in quotes, or remove the key", v)
+	}
+	return fmt.Errorf("disk.wipeStateDisk must be a quoted string (a disk serial, /dev/disk/by-id/ name or LUKS UUID), not %s", b)
+}
+
+// yesNo reports a YAML 1.1 boolean word (read as a string under YAML
+// 1.2), which an operator may have meant as the old boolean.
+func yesNo(s string) bool {
+	switch strings.ToLower(s) {
+	case "yes", "no", "on", "off", "y", "n":
+		return true
+	}
+	return false
 }
 
 // Join configures the kubeadm join stage.

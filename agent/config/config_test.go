@@ -24,7 +24,7 @@ func TestPrecedenceFileThenCmdline(t *testing.T) {
 	if strings.Join(c.Verifiers, " ") != "a:1 b:2 c:3" || c.VerifierPins[0] != pin || c.Timeout.Duration != 90*time.Second {
 		t.Fatalf("got %+v", c)
 	}
-	if c.Role != "worker" || c.Variant != "auto" || c.Disk.Mode != "luks" || c.Disk.WipeStateDisk {
+	if c.Role != "worker" || c.Variant != "auto" || c.Disk.Mode != "luks" || c.Disk.WipeStateDisk != "" {
 		t.Fatalf("defaults: %+v", c)
 	}
 }
@@ -81,5 +81,37 @@ func TestCaseVariantAndDuplicateKeysRefused(t *testing.T) {
 				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestWipeStateDiskNamesADisk: the key changed type from a boolean to the
+// disk it may destroy; an old boolean is an error that says what to write.
+func TestWipeStateDiskNamesADisk(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"disk:\n  wipeStateDisk: true\n", "disk.wipeStateDisk is true, but it now names the disk it may destroy"},
+		{"disk:\n  wipeStateDisk: false\n", "disk.wipeStateDisk is false, but it now names the disk it may destroy"},
+		{"disk:\n  wipeStateDisk: yes\n", "disk.wipeStateDisk is yes, but it now names the disk it may destroy"},
+		{"disk:\n  wipeStateDisk: 12345\n", "must be a quoted string"},
+	} {
+		path := filepath.Join(t.TempDir(), "agent.yaml")
+		os.WriteFile(path, []byte(c.yaml), 0o600)
+		if _, err := LoadFile(path, true); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: err = %v, want %q", c.yaml, err, c.want)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "agent.yaml")
+	os.WriteFile(path, []byte("disk:\n  wipeStateDisk: \"QM00002\"\n"), 0o600)
+	c, err := LoadFile(path, true)
+	if err != nil || c.Disk.WipeStateDisk != "QM00002" {
+		t.Fatalf("quoted serial: %+v, %v", c.Disk, err)
+	}
+	// The kernel command line (one boot) overrides the file.
+	c.ApplyKernelCmdline("quiet latchkey.wipeStateDisk=/dev/disk/by-id/virtio-state1 ro")
+	if c.Disk.WipeStateDisk != "/dev/disk/by-id/virtio-state1" {
+		t.Fatalf("cmdline: %q", c.Disk.WipeStateDisk)
+	}
+	c.ApplyKernelCmdline("quiet ro")
+	if c.Disk.WipeStateDisk != "/dev/disk/by-id/virtio-state1" {
+		t.Fatalf("a command line without the key cleared it: %q", c.Disk.WipeStateDisk)
 	}
 }

@@ -20,6 +20,7 @@ const (
 	DefaultWaitTimeout  = 30 * time.Second
 	DefaultPollInterval = 100 * time.Millisecond
 	DefaultFSType       = "ext4"
+	DefaultLockTimeout  = 2 * time.Minute
 )
 
 // DefaultBindMounts are the directories that must survive a reboot for a
@@ -63,13 +64,20 @@ type LUKSConfig struct {
 	FSType string
 	// MapperName is the dm-crypt device name (default DefaultMapperName).
 	MapperName string
-	// WipeStateDisk is the operator's explicit override: a device that
-	// holds something latchkey did not create (a file system, partition
-	// table, LVM, LUKS1, a rejected LUKS2 header, unrecognised data), or
-	// a volume whose file system is missing, is destroyed and formatted.
-	// A valid latchkey header is never wiped, whatever this says. Meant
-	// for one boot (a kernel command-line switch), not a standing setting.
-	WipeStateDisk bool
+	// WipeStateDisk names the one disk the operator allows the agent to
+	// destroy (wipe.go): its serial, a /dev/disk/by-id/ name, or the UUID
+	// of the LUKS header on it now. If it names the disk at hand, a device
+	// that holds something latchkey did not create (a file system,
+	// partition table, LVM, LUKS1, a rejected LUKS2 header, unrecognised
+	// data), or a volume whose file system is missing, is destroyed and
+	// formatted; if it names another disk, the disk is refused and nothing
+	// is destroyed. A valid latchkey header is never wiped, whatever this
+	// says. Meant for one boot (latchkey.wipeStateDisk= on the kernel
+	// command line), not a standing setting. Empty (the default): never.
+	WipeStateDisk string
+	// LockTimeout bounds the wait for the whole-disk lock another agent
+	// or disk tool holds (default DefaultLockTimeout).
+	LockTimeout time.Duration
 	// Runner runs cryptsetup, blkid and mkfs (default execx.New).
 	Runner execx.Runner
 	// Kernel maps, mounts and binds (default SystemKernel).
@@ -91,6 +99,9 @@ func (c *LUKSConfig) fillDefaults() {
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = DefaultPollInterval
+	}
+	if c.LockTimeout <= 0 {
+		c.LockTimeout = DefaultLockTimeout
 	}
 	if c.MountPoint == "" {
 		c.MountPoint = DefaultMountPoint
@@ -136,6 +147,9 @@ func (c *LUKSConfig) check() error {
 	}
 	if strings.ContainsAny(c.MapperName, "/ \x00") || len(c.MapperName) > 127 {
 		return fmt.Errorf("luks disk stage: bad mapper name %q", c.MapperName)
+	}
+	if err := checkWipeTarget(c.WipeStateDisk); err != nil {
+		return err
 	}
 	if !cleanAbs(c.MountPoint) || c.MountPoint == "/" {
 		return fmt.Errorf("luks disk stage: mount point %q must be a clean absolute path", c.MountPoint)

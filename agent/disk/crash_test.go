@@ -142,7 +142,7 @@ func TestCrashDuringMkfs(t *testing.T) {
 func TestReadyFileSystemNeverRemade(t *testing.T) {
 	r := newRig(t, testDiskSize)
 	key := testKey(23)
-	r.mustBoot(r.stage(nil), key)
+	plan, _ := r.mustBoot(r.stage(nil), key)
 	r.kernel.powerOff()
 	writeDev(t, r.dev, DataOffset, make([]byte, 64<<10)) // the superblock is gone
 
@@ -150,8 +150,17 @@ func TestReadyFileSystemNeverRemade(t *testing.T) {
 	if !errors.Is(err, ErrVolumeContent) || r.rec.Ran("mkfs") != 0 {
 		t.Fatalf("damaged volume: %v (mkfs ran %d times), want ErrVolumeContent and no mkfs", err, r.rec.Ran("mkfs"))
 	}
+	if !strings.Contains(err.Error(), "set wipeStateDisk to "+plan.UUID) {
+		t.Fatalf("refusal %q does not say what to set", err)
+	}
 	r.kernel.powerOff()
-	_, res := r.mustBoot(r.stage(func(c *LUKSConfig) { c.WipeStateDisk = true }), key)
+	// A wipe naming another disk remakes nothing.
+	_, _, err = r.boot(r.stage(func(c *LUKSConfig) { c.WipeStateDisk = newUUID() }), key)
+	if !errors.Is(err, ErrWipeMismatch) || r.rec.Ran("mkfs") != 0 {
+		t.Fatalf("wipe naming another disk: %v (mkfs ran %d times)", err, r.rec.Ran("mkfs"))
+	}
+	r.kernel.powerOff()
+	_, res := r.mustBoot(r.stage(func(c *LUKSConfig) { c.WipeStateDisk = plan.UUID }), key)
 	if !res.MadeFileSystem {
 		t.Fatalf("with WipeStateDisk: %+v, want the file system remade", res)
 	}
@@ -223,5 +232,47 @@ func TestMapFailureIsResumable(t *testing.T) {
 	plan, res := r.mustBoot(r.stage(nil), testKey(26))
 	if !plan.Rejoin || res.Formatted || !res.MadeFileSystem {
 		t.Fatalf("plan %+v, result %+v", plan, res)
+	}
+}
+
+// TestInterruptedInstallOverDataRefused: an interrupted header install
+// writes nothing past the header area, so one with data behind it (a
+// wipe boot cut short, or a disk made to look like an interrupted
+// install) is foreign: refused, and redone only when WipeStateDisk names
+// the disk.
+func TestInterruptedInstallOverDataRefused(t *testing.T) {
+	r := newRig(t, testDiskSize)
+	key := testKey(27)
+	plan, _ := crashFirstBoot(t, r, key, StepHeaderPartial)
+	r.kernel.powerOff()
+	writeDev(t, r.dev, 40*mib, []byte("data latchkey did not write"))
+	before := checksum(t, r.dev)
+	_, err := r.stage(nil).Prepare(context.Background())
+	if !errors.Is(err, ErrForeignData) || !strings.Contains(err.Error(), "an interrupted latchkey header install, over unrecognised non-zero data at byte 41943040 (40 MiB)") ||
+		!strings.Contains(err.Error(), `set wipeStateDisk to "`+plan.UUID+`"`) {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if checksum(t, r.dev) != before {
+		t.Fatal("device changed")
+	}
+	plan2, res := r.mustBoot(r.stage(func(c *LUKSConfig) { c.WipeStateDisk = plan.UUID }), key)
+	if plan2.Rejoin || !res.Formatted || !res.MadeFileSystem {
+		t.Fatalf("with the wipe: plan %+v, result %+v", plan2, res)
+	}
+}
+
+// TestHeaderOnDiskTooSmallForXFS: a header already on a disk too small
+// for xfs (written before the size check existed, or fsType changed
+// after a crash before mkfs) is refused with what to change, not by mkfs
+// failing at every boot.
+func TestHeaderOnDiskTooSmallForXFS(t *testing.T) {
+	r := newRig(t, testDiskSize)
+	key := testKey(28)
+	crashFirstBoot(t, r, key, StepHeaderWritten)
+	r.kernel.powerOff()
+	_, _, err := r.boot(r.stage(func(c *LUKSConfig) { c.FSType = "xfs" }), key)
+	if !errors.Is(err, ErrUnusable) || !strings.Contains(err.Error(), "too small for fsType xfs (needs at least 331350016 bytes); use fsType ext4 or a larger disk") ||
+		r.rec.Ran("mkfs") != 0 {
+		t.Fatalf("boot: %v (mkfs ran %d times)", err, r.rec.Ran("mkfs"))
 	}
 }

@@ -32,7 +32,10 @@ func (l *LUKS) waitForDevice(ctx context.Context) (string, error) {
 		if err == nil {
 			return path, nil
 		}
-		if !errors.Is(err, fs.ErrNotExist) || !l.cfg.Now().Before(deadline) {
+		if errors.Is(err, fs.ErrNotExist) && !l.cfg.Now().Before(deadline) {
+			return "", fmt.Errorf("%w: state disk %s not found (waited %s; vanished, or never attached?): %w", ErrUnusable, l.devicePath(), l.cfg.WaitTimeout, err)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
 			return "", fmt.Errorf("state disk %s: %w", l.devicePath(), err)
 		}
 		if err := l.cfg.Sleep(ctx, l.cfg.PollInterval); err != nil {
@@ -77,6 +80,12 @@ const (
 func openDevice(path string, flags int) (*device, error) {
 	f, err := os.OpenFile(path, flags|unix.O_CLOEXEC, 0)
 	if err != nil {
+		if flags&(os.O_RDWR|os.O_WRONLY) != 0 && (errors.Is(err, unix.EROFS) || errors.Is(err, unix.EACCES)) && isReadOnly(path) {
+			return nil, fmt.Errorf("%w: state disk %s is read-only; the agent must write its LUKS header, state record and file system there (attach it read-write)", ErrUnusable, path)
+		}
+		if errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENODEV) || errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: state disk %s vanished: %w", ErrUnusable, path, err)
+		}
 		return nil, fmt.Errorf("open state disk: %w", err)
 	}
 	d := &device{f: f, path: path}
@@ -101,10 +110,61 @@ func (d *device) stat() error {
 	}
 	d.size, d.rdev = size, st.Rdev
 	switch {
+	case d.size == 0:
+		return fmt.Errorf("%w: state disk %s has no medium (size 0): it vanished, was detached or is an empty drive", ErrUnusable, d.path)
 	case d.size < minDeviceSize:
-		return fmt.Errorf("state disk %s is %d bytes, need at least %d", d.path, d.size, minDeviceSize)
+		return fmt.Errorf("%w: state disk %s is %d bytes, need at least %d", ErrUnusable, d.path, d.size, minDeviceSize)
 	case d.size%sectorSize != 0:
 		return fmt.Errorf("state disk %s size %d is not a multiple of %d", d.path, d.size, sectorSize)
+	}
+	return nil
+}
+
+// readOnly asks the kernel whether writes to the device are refused
+// (BLKROGET: losetup -r, a write-protected disk, a read-only attachment).
+func (d *device) kernelReadOnly() (bool, error) {
+	ro, err := unix.IoctlGetInt(int(d.f.Fd()), unix.BLKROGET)
+	if err != nil {
+		return false, fmt.Errorf("BLKROGET %s: %w", d.path, err)
+	}
+	return ro != 0, nil
+}
+
+func isReadOnly(path string) bool {
+	d, err := openDevice(path, readOnly)
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	ro, err := d.kernelReadOnly()
+	return err == nil && ro
+}
+
+// minSize is the smallest device a first boot can format with fstype:
+// the 16 MiB header area plus the file system's minimum data segment
+// (mkfs.xfs refuses less than 300 MiB; ext4 works in latchkey's 16 MiB).
+func minSize(fstype string) int64 {
+	if fstype == "xfs" {
+		return DataOffset + 300*mib
+	}
+	return minDeviceSize
+}
+
+// usable refuses, before any ticket is fetched, a device the agent could
+// never use: read-only, or (firstBoot) too small for the configured file
+// system. (No medium and too small for the header are found when it is
+// opened.)
+func (l *LUKS) usable(d *device, firstBoot bool) error {
+	ro, err := d.kernelReadOnly()
+	if err != nil {
+		return err
+	}
+	if ro {
+		return fmt.Errorf("%w: state disk %s is read-only; the agent must write its LUKS header, state record and file system there (attach it read-write)", ErrUnusable, d.path)
+	}
+	if need := minSize(l.cfg.FSType); firstBoot && d.size < need {
+		return fmt.Errorf("%w: state disk %s is %d bytes (%s), too small for fsType %s: it needs at least %d bytes (%d MiB: 16 MiB of LUKS header and %d MiB of file system); nothing was written",
+			ErrUnusable, d.path, d.size, human(d.size), l.cfg.FSType, need, need/mib, (need-DataOffset)/mib)
 	}
 	return nil
 }

@@ -9,15 +9,24 @@
 //
 // # The LUKS stage
 //
-// NewLUKS builds the real stage. Prepare reads the device once and
-// classifies it: latchkey's own LUKS2 header (a rejoin with its UUID), a
-// blank device (first and last MiB zero, nothing blkid recognises: a
-// fresh random UUID), latchkey's own interrupted header install (its
-// UUID, installed again), or anything else, which is refused with a
-// message naming what was found (a file system, a partition table, LVM,
-// LUKS1, a LUKS2 header of another shape, unrecognised data) unless
-// WipeStateDisk is set. Prepare never writes, so a ticket that never
-// arrives leaves the disk as it was.
+// NewLUKS builds the real stage. Prepare first refuses a device that is
+// missing, read-only (BLKROGET) or too small for the file system, before
+// any ticket is fetched. It then classifies the device: latchkey's own
+// LUKS2 header (a rejoin with its UUID), a blank device (scan.go: the
+// first 16 MiB and last 4 MiB zero, no signature at any 1 MiB-aligned
+// offset, every 1 MiB sample zero, nothing blkid recognises: a fresh
+// random UUID), latchkey's own interrupted header install (its UUID,
+// installed again), or anything else, which is refused with a message
+// naming what was found and at which byte (a file system, a partition
+// table, LVM, md, LUKS1, a LUKS2 header of another shape, unrecognised
+// data) unless WipeStateDisk names this very disk (wipe.go). An altered
+// latchkey header is refused with what changed and the recovery path.
+// Prepare never writes, so a ticket that never arrives leaves the disk as
+// it was.
+//
+// One agent per disk. Open holds an exclusive flock on the whole disk
+// (lock.go) and classifies again from the locked descriptor, so a second
+// agent finds the first one's header and stops instead of rewriting it.
 //
 // Header validation. Before every unlock the header is read from the
 // device and must be exactly the shape latchkey's luksFormat writes: both
@@ -48,7 +57,7 @@
 // File system. A state record in the unused gap before the data segment
 // says whether mkfs is in progress or finished, so an interrupted mkfs is
 // redone while a finished file system that later went missing is refused,
-// never remade (unless WipeStateDisk).
+// never remade (unless WipeStateDisk names the disk).
 //
 // Keys. The ticket's key reaches cryptsetup on a pipe and luks.go in
 // memory; it is never in an argument list, a file or a log. The volume key

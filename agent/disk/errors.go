@@ -6,7 +6,7 @@ import "errors"
 var (
 	// ErrForeignData: the device carries something latchkey did not
 	// create (a file system, partition table, LVM, LUKS1, unrecognised
-	// data), so it is not formatted unless WipeStateDisk is set.
+	// data), so it is not formatted unless WipeStateDisk names the disk.
 	ErrForeignData = errors.New("state disk holds data latchkey did not create")
 	// ErrHeaderRejected: a LUKS2 header is present but not exactly the
 	// shape latchkey creates (altered or hostile); it is never unlocked.
@@ -16,6 +16,12 @@ var (
 	// ErrVolumeContent: the opened volume holds something other than the
 	// file system latchkey made there, so it is not formatted.
 	ErrVolumeContent = errors.New("state volume content refused")
+	// ErrWipeMismatch: WipeStateDisk is set but names another disk, so
+	// nothing is destroyed.
+	ErrWipeMismatch = errors.New("wipeStateDisk names another disk")
+	// ErrUnusable: the device cannot be used at all (read-only, too small
+	// for the file system, no medium); found before any ticket is fetched.
+	ErrUnusable = errors.New("state disk unusable")
 	// ErrNoDeviceMapper: the kernel has no device-mapper.
 	ErrNoDeviceMapper = errors.New("kernel has no device-mapper")
 )

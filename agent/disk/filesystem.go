@@ -16,7 +16,8 @@ import (
 //     volume is fresh; record "mkfs", make the file system, record "ready";
 //   - "mkfs": an earlier run was cut short during mkfs; make it again;
 //   - "ready": the file system must be there and is never remade; a
-//     missing or different one is refused unless WipeStateDisk.
+//     missing or different one is refused unless WipeStateDisk names
+//     this disk (its LUKS UUID is uuid).
 func (l *LUKS) ensureFileSystem(ctx context.Context, d *device, mapped, uuid string) (string, bool, error) {
 	rec, err := readRecord(d, uuid)
 	if err != nil {
@@ -28,8 +29,11 @@ func (l *LUKS) ensureFileSystem(ctx context.Context, d *device, mapped, uuid str
 		if err != nil {
 			return "", false, err
 		}
-		if found != "" && !l.cfg.WipeStateDisk {
-			return "", false, fmt.Errorf("%w: new volume already holds %s but latchkey never made one", ErrVolumeContent, found)
+		if found != "" {
+			what := fmt.Sprintf("a new volume that already holds %s, which latchkey never made", found)
+			if ok, err := l.wipeAllowed(d, uuid, what); err != nil || !ok {
+				return "", false, fmt.Errorf("%w: %s (set wipeStateDisk to %s to remake it): %v", ErrVolumeContent, what, uuid, err)
+			}
 		}
 		return l.makeFileSystem(ctx, d, mapped, uuid, nil)
 	case rec.State == recordMkfs:
@@ -37,17 +41,22 @@ func (l *LUKS) ensureFileSystem(ctx context.Context, d *device, mapped, uuid str
 		return l.makeFileSystem(ctx, d, mapped, uuid, rec)
 	}
 	found, err := l.fsType(ctx, mapped)
+	if err != nil {
+		return "", false, err
+	}
+	if found == rec.FSType {
+		return found, false, nil
+	}
+	what := fmt.Sprintf("a volume whose %s file system is gone (now: %q)", rec.FSType, found)
+	ok, err := l.wipeAllowed(d, uuid, what)
 	switch {
 	case err != nil:
-		return "", false, err
-	case found == rec.FSType:
-		return found, false, nil
-	case l.cfg.WipeStateDisk:
-		l.cfg.Logger.Warn("state disk: WipeStateDisk set, remaking a damaged file system",
-			slog.String("want", rec.FSType), slog.String("found", found))
+		return "", false, fmt.Errorf("%w: %w", ErrVolumeContent, err)
+	case ok:
+		l.cfg.Logger.Warn("state disk: remaking a damaged file system", slog.String("want", rec.FSType), slog.String("found", found))
 		return l.makeFileSystem(ctx, d, mapped, uuid, rec)
 	case found == "":
-		return "", false, fmt.Errorf("%w: the %s file system latchkey made is gone (damaged?); not remaking it (repair it, or set WipeStateDisk)", ErrVolumeContent, rec.FSType)
+		return "", false, fmt.Errorf("%w: the %s file system latchkey made is gone (damaged?); not remaking it (repair it, or set wipeStateDisk to %s to start over)", ErrVolumeContent, rec.FSType, uuid)
 	}
 	return "", false, fmt.Errorf("%w: volume holds %s, latchkey made %s", ErrVolumeContent, found, rec.FSType)
 }
@@ -55,6 +64,12 @@ func (l *LUKS) ensureFileSystem(ctx context.Context, d *device, mapped, uuid str
 // makeFileSystem records "mkfs", runs mkfs, records "ready".
 func (l *LUKS) makeFileSystem(ctx context.Context, d *device, mapped, uuid string, prev *stateRecord) (string, bool, error) {
 	fstype := l.cfg.FSType
+	if need := minSize(fstype); d.size < need {
+		// A header an older agent wrote on a disk too small for the file
+		// system: say so instead of failing in mkfs at every boot.
+		return "", false, fmt.Errorf("%w: state disk %s is %d bytes, too small for fsType %s (needs at least %d bytes); use fsType ext4 or a larger disk",
+			ErrUnusable, d.path, d.size, fstype, need)
+	}
 	rec, err := writeRecord(d, prev, stateRecord{UUID: uuid, State: recordMkfs, FSType: fstype})
 	if err != nil {
 		return "", false, err
@@ -87,7 +102,7 @@ func mkfsCmd(fstype, dev string) execx.Cmd {
 
 // fsType is the TYPE blkid finds on the opened volume ("" for none).
 func (l *LUKS) fsType(ctx context.Context, dev string) (string, error) {
-	fields, err := l.blkidFields(ctx, dev)
+	fields, err := l.blkidFields(ctx, dev, 0)
 	if err != nil {
 		return "", err
 	}

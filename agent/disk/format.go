@@ -100,9 +100,9 @@ func memFile(name string, size int64) (*os.File, error) {
 }
 
 // install copies the formatted image onto the device in commit order.
-// wipe also zeroes the first and last MiB first (WipeStateDisk), so the
-// crash states match those of a blank disk and no foreign signature is
-// left at either end.
+// wipe also zeroes the first MiB and the last 4 MiB first (WipeStateDisk),
+// so the crash states match those of a blank disk and no foreign
+// signature (a GPT backup, an md superblock) is left at either end.
 func (l *LUKS) install(d *device, img *os.File, wipe bool) error {
 	if wipe {
 		if err := wipeEnds(d); err != nil {
@@ -154,8 +154,10 @@ func wipeEnds(d *device) error {
 	if err := d.write(zero, 0); err != nil {
 		return err
 	}
-	if err := d.write(zero, d.size-mib); err != nil {
-		return err
+	for off := d.size - tailScanLength; off < d.size; off += mib {
+		if err := d.write(zero, off); err != nil {
+			return err
+		}
 	}
 	return d.sync()
 }

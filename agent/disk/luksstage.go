@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // LUKS is the LUKS2 state-disk stage (see the package documentation).
@@ -27,26 +29,55 @@ func NewLUKS(cfg LUKSConfig) (*LUKS, error) {
 }
 
 // Prepare waits for the device and decides: a latchkey header is a
-// rejoin with its UUID; a blank device (or, with WipeStateDisk, a foreign
-// one) gets a fresh random UUID; an interrupted header install keeps its
-// UUID. Prepare never writes: if the ticket never comes, the disk is as
-// it was.
+// rejoin with its UUID; a blank device (or a foreign one WipeStateDisk
+// names) gets a fresh random UUID; an interrupted header install keeps
+// its UUID. Everything that can be known before attestation is refused
+// here, so no ticket is fetched for a disk that cannot be used: a device
+// that is missing, read-only or too small for the file system, foreign
+// content, an altered latchkey header. Prepare never writes: if the ticket
+// never comes, the disk is as it was.
 func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
-	d, p, err := l.openAndClassify(ctx)
+	path, err := l.waitForDevice(ctx)
 	if err != nil {
 		return Plan{}, err
 	}
-	d.Close()
+	d, err := openDevice(path, readOnly)
+	if err != nil {
+		return Plan{}, err
+	}
+	defer d.Close()
+	if err := l.usable(d, false); err != nil {
+		return Plan{}, err
+	}
+	// Shared: an agent that is installing a header holds the lock
+	// exclusively, so Prepare never sees its half-written state.
+	lock, err := l.lockDisk(ctx, d, unix.LOCK_SH)
+	if err != nil {
+		return Plan{}, err
+	}
+	defer lock.unlock()
+	p, err := l.classify(ctx, d)
+	if err != nil {
+		return Plan{}, err
+	}
 	switch p.kind {
 	case kindOurs:
 		return Plan{UUID: p.uuid, Rejoin: true}, nil
 	case kindInterrupted:
+		if err := l.usable(d, true); err != nil {
+			return Plan{}, err
+		}
 		l.cfg.Logger.Warn("state disk: found an interrupted header install; it will be redone", slog.String("uuid", p.uuid))
 		return Plan{UUID: p.uuid}, nil
 	case kindForeign:
-		if err := l.refuseForeign(d.path, p); err != nil {
+		if err := l.refuseForeign(d, p); err != nil {
 			return Plan{}, err
 		}
+	default:
+		l.warnUnusedWipe(d)
+	}
+	if err := l.usable(d, true); err != nil {
+		return Plan{}, err
 	}
 	return Plan{UUID: newUUID()}, nil
 }
@@ -54,7 +85,10 @@ func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
 // Open formats (first boot) or validates (reboot) the header, unseals it
 // with key, maps, makes or finds the file system, mounts it and the bind
 // mounts. Every step checks what is already done, so a run cut short at
-// any point is finished by the next one.
+// any point is finished by the next one. The whole of Open holds an
+// exclusive flock on the whole disk (lock.go) and classifies the device
+// again from the locked descriptor, so a second agent on the same disk
+// waits and then finds the first one's header instead of writing its own.
 func (l *LUKS) Open(ctx context.Context, plan Plan, key []byte) (Result, error) {
 	if len(key) != KeySize {
 		return Result{}, fmt.Errorf("luks disk stage: ticket key is %d bytes, want %d", len(key), KeySize)
@@ -62,34 +96,53 @@ func (l *LUKS) Open(ctx context.Context, plan Plan, key []byte) (Result, error) 
 	if !uuidPattern.MatchString(plan.UUID) {
 		return Result{}, fmt.Errorf("luks disk stage: malformed plan UUID %q", plan.UUID)
 	}
-	d, p, err := l.openAndClassifyMode(ctx, readWrite)
+	path, err := l.waitForDevice(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	d, err := openDevice(path, readWrite)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() { d.Close() }()
+	lock, err := l.lockDisk(ctx, d, unix.LOCK_EX)
+	if err != nil {
+		return Result{}, err
+	}
+	defer lock.unlock()
+	p, err := l.classify(ctx, d)
 	if err != nil {
 		return Result{}, err
 	}
 	formatted := false
 	if p.kind != kindOurs || p.uuid != plan.UUID {
-		d.Close()
-		if err := l.ensureHeader(ctx, plan, key, d.path, p); err != nil {
+		if err := l.ensureHeader(ctx, plan, key, d, p); err != nil {
 			return Result{}, err
 		}
 		formatted = true
-		if d, p, err = l.openAndClassifyMode(ctx, readWrite); err != nil {
+		// Read back what is on the device now (through the page cache the
+		// install wrote through), still under the lock.
+		d.Close()
+		if d, err = openDevice(path, readWrite); err != nil {
+			return Result{}, err
+		}
+		if p, err = l.classify(ctx, d); err != nil {
 			return Result{}, err
 		}
 	}
-	defer d.Close()
 	res, err := l.openVolume(ctx, d, p, plan.UUID, key)
 	res.Formatted = formatted
 	return res, err
 }
 
 // ensureHeader writes latchkey's header for plan.UUID, but only on a
-// blank disk, over our own interrupted install, or (WipeStateDisk) over
-// foreign data; never over a complete latchkey header.
-func (l *LUKS) ensureHeader(ctx context.Context, plan Plan, key []byte, path string, p probe) error {
+// blank disk, over our own interrupted install, or over foreign data
+// WipeStateDisk names; never over a complete latchkey header. The caller
+// holds the disk's lock and classified d under it.
+func (l *LUKS) ensureHeader(ctx context.Context, plan Plan, key []byte, d *device, p probe) error {
 	switch {
 	case p.kind == kindOurs:
-		return fmt.Errorf("%w: header UUID is %s, plan says %s", ErrStateChanged, p.uuid, plan.UUID)
+		return fmt.Errorf("%w: the disk now carries latchkey's header for %s (another agent formatted it?), plan says %s; not rewriting it", ErrStateChanged, p.uuid, plan.UUID)
 	case plan.Rejoin && p.err != nil:
 		return fmt.Errorf("%w: %w", ErrStateChanged, p.err)
 	case plan.Rejoin:
@@ -97,9 +150,12 @@ func (l *LUKS) ensureHeader(ctx context.Context, plan Plan, key []byte, path str
 	case p.kind == kindInterrupted && p.uuid != plan.UUID:
 		return fmt.Errorf("%w: interrupted header is for %s, plan says %s", ErrStateChanged, p.uuid, plan.UUID)
 	case p.kind == kindForeign:
-		if err := l.refuseForeign(path, p); err != nil {
+		if err := l.refuseForeign(d, p); err != nil {
 			return err
 		}
+	}
+	if err := l.usable(d, true); err != nil {
+		return err
 	}
 	img, err := l.formatImage(ctx, plan.UUID, key)
 	if err != nil {
@@ -109,12 +165,15 @@ func (l *LUKS) ensureHeader(ctx context.Context, plan Plan, key []byte, path str
 	if err := l.fault(StepFormatted); err != nil {
 		return err
 	}
-	d, err := openDevice(path, exclusive)
+	w, err := openDevice(d.path, exclusive)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	if err := l.install(d, img, p.kind == kindForeign); err != nil {
+	defer w.Close()
+	if w.rdev != d.rdev {
+		return fmt.Errorf("%w: %s is now another device (%s, was %s)", ErrStateChanged, d.path, w.devno(), d.devno())
+	}
+	if err := l.install(w, img, p.kind == kindForeign); err != nil {
 		return err
 	}
 	return l.fault(StepHeaderWritten)
@@ -235,16 +294,40 @@ func (l *LUKS) openAndClassifyMode(ctx context.Context, mode int) (*device, prob
 }
 
 // refuseForeign returns the refusal for foreign content, or nil (with a
-// warning) when WipeStateDisk allows destroying it.
-func (l *LUKS) refuseForeign(path string, p probe) error {
-	if !l.cfg.WipeStateDisk && p.err != nil {
-		return fmt.Errorf("%w: %w: %s: not unlocking or formatting it (set WipeStateDisk to destroy it)", ErrForeignData, p.err, path)
+// warning) when WipeStateDisk names this disk. An altered latchkey header
+// is the node's own disk: the refusal says what was altered and points to
+// the recovery path, never to wiping.
+func (l *LUKS) refuseForeign(d *device, p probe) error {
+	ok, err := l.wipeAllowed(d, p.uuid, p.what)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %w", ErrForeignData, err)
+	case ok:
+		return nil
+	case p.altered:
+		return fmt.Errorf("%w: %w: %s holds %s: %s; not unlocking it. This is the node's own disk and its data is still there: "+
+			"if you changed the header (for example added a recovery keyslot or a token), undo exactly that change "+
+			"(docs/disk.md, \"Recovering an altered header\")", ErrForeignData, ErrHeaderRejected, d.path, p.what, headerReason(p.err))
+	case p.err != nil:
+		return fmt.Errorf("%w: %s holds %s: %w; not unlocking or formatting it (%s)",
+			ErrForeignData, d.path, p.what, p.err, identify(d, p.uuid).suggestion())
 	}
-	if !l.cfg.WipeStateDisk {
-		return fmt.Errorf("%w: %s holds %s; not formatting it (set WipeStateDisk to destroy it)", ErrForeignData, path, p.what)
+	return fmt.Errorf("%w: %s holds %s; not formatting it (%s)",
+		ErrForeignData, d.path, p.what, identify(d, p.uuid).suggestion())
+}
+
+// headerReason is a validation error without the sentinel's prefix.
+func headerReason(err error) string {
+	return strings.TrimPrefix(err.Error(), ErrHeaderRejected.Error()+": ")
+}
+
+// warnUnusedWipe notes a WipeStateDisk that has nothing to destroy here
+// (a blank disk): harmless, but the operator should remove it.
+func (l *LUKS) warnUnusedWipe(d *device) {
+	if l.cfg.WipeStateDisk != "" {
+		l.cfg.Logger.Warn("state disk: wipeStateDisk is set but the disk is blank; nothing to destroy (remove the setting)",
+			slog.String("device", d.path), slog.String("wipe_state_disk", l.cfg.WipeStateDisk))
 	}
-	l.cfg.Logger.Warn("state disk: WipeStateDisk set, foreign content will be destroyed", slog.String("device", path), slog.String("found", p.what))
-	return nil
 }
 
 func describeKind(p probe) string {

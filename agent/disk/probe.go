@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/latchkey/latchkey/internal/execx"
@@ -14,7 +15,9 @@ import (
 type kind int
 
 const (
-	// kindBlank: first and last MiB all zeros, no signature anywhere.
+	// kindBlank: nothing anywhere (scan.go: the first 16 MiB and last
+	// 4 MiB all zeros, no signature at any 1 MiB-aligned offset, every
+	// sample zero, nothing blkid recognises).
 	kindBlank kind = iota
 	// kindOurs: a complete LUKS2 header of exactly latchkey's shape.
 	kindOurs
@@ -23,23 +26,28 @@ const (
 	// is there, the primary is not, and no state record was ever written,
 	// so nothing was ever unlocked or stored. Completing it loses nothing.
 	kindInterrupted
-	// kindForeign: anything else; never formatted unless WipeStateDisk.
+	// kindForeign: anything else; never formatted unless WipeStateDisk
+	// names this disk.
 	kindForeign
 )
 
 // probe is the outcome of classify.
 type probe struct {
 	kind kind
-	uuid string // kindOurs, kindInterrupted
+	uuid string // kindOurs, kindInterrupted; kindForeign: a LUKS header's UUID
 	head []byte // the first MiB as read (kindOurs: the validated copy)
-	what string // kindForeign: what was found
+	what string // kindForeign: what was found, and where
 	err  error  // kindForeign from a rejected LUKS2 header: why
+	// altered: a LUKS2 header with latchkey's label that fails
+	// validation: latchkey's own disk, changed since it was made.
+	altered bool
 }
 
-// classify reads the device once and decides what it is. The order
-// matters: LUKS magic first (so our own header is recognised without
-// spawning blkid on every boot), then blkid's probes, then latchkey's own
-// magic checks, and only a device with nothing anywhere is blank.
+// classify reads the device and decides what it is. The order matters:
+// LUKS magic first (so our own header is recognised with one read on
+// every reboot), then our own interrupted install, then the blank-device
+// check (scan.go), and only a device on which it finds nothing, and on
+// which blkid finds nothing either, is blank.
 func (l *LUKS) classify(ctx context.Context, d *device) (probe, error) {
 	head, err := d.read(0, blankCheckLength)
 	if err != nil {
@@ -48,17 +56,37 @@ func (l *LUKS) classify(ctx context.Context, d *device) (probe, error) {
 	if p, done := classifyLUKS(head); done {
 		return p, nil
 	}
-	if p, done, err := l.classifyInterrupted(d, head); err != nil || done {
+	if p, done, err := l.classifyInterrupted(ctx, d, head); err != nil || done {
 		return p, err
 	}
-	found, err := l.blkid(ctx, d.path)
+	res, err := scanDevice(ctx, d, 0)
+	if err != nil {
+		return probe{}, err
+	}
+	if !res.blank() {
+		return foreign(head, l.name(ctx, d, res)), nil
+	}
+	found, err := l.blkid(ctx, d.path, 0)
 	if err != nil {
 		return probe{}, err
 	}
 	if found != "" {
-		return foreign(head, found), nil
+		return foreign(head, found+" at byte 0"), nil
 	}
-	return l.classifyRest(d, head)
+	return probe{kind: kindBlank, head: head}, nil
+}
+
+// name describes a non-blank scan result; where the table named nothing,
+// libblkid is asked for a second opinion at the 1 MiB-aligned offset of
+// the first non-zero byte (one run, on a device being refused anyway).
+func (l *LUKS) name(ctx context.Context, d *device, res scanResult) string {
+	if res.sig == nil && res.data != nil {
+		off := res.data.off &^ (candidateStride - 1)
+		if found, err := l.blkid(ctx, d.path, off); err == nil && found != "" {
+			return fmt.Sprintf("%s at %s", found, at(off))
+		}
+	}
+	return res.describe()
 }
 
 func foreign(head []byte, what string) probe {
@@ -72,12 +100,18 @@ func classifyLUKS(head []byte) (probe, bool) {
 	}
 	switch v := binary.BigEndian.Uint16(head[offVersion:]); v {
 	case 1:
-		return foreign(head, "a LUKS1 header"), true
+		p := foreign(head, "a LUKS1 header at byte 0")
+		p.uuid = cString(head[offUUID : offUUID+40])
+		return p, true
 	case 2:
 		h, err := validateHeader(head, "")
 		if err != nil {
-			p := foreign(head, fmt.Sprintf("a LUKS2 header latchkey did not create or that was altered (%v)", err))
-			p.err = err
+			bin := parseBinHeader(head)
+			p := foreign(head, fmt.Sprintf("a LUKS2 header latchkey did not create (label %q) at byte 0", bin.label))
+			p.err, p.uuid = err, bin.uuid
+			if bin.label == HeaderLabel {
+				p.what, p.altered = "latchkey's LUKS2 header, altered since latchkey wrote it", true
+			}
 			return p, true
 		}
 		return probe{kind: kindOurs, uuid: h.uuid, head: head}, true
@@ -88,8 +122,12 @@ func classifyLUKS(head []byte) (probe, bool) {
 
 // classifyInterrupted recognises latchkey's cut-short header install: no
 // primary header at all (its 4 KiB are zero), a secondary binary header
-// with latchkey's label and sizes, and an empty state-record gap.
-func (l *LUKS) classifyInterrupted(d *device, head []byte) (probe, bool, error) {
+// with latchkey's label and sizes, and an empty state-record gap. The
+// install writes nothing past the header area, so the rest of the device
+// must pass the blank-device check too: an interrupted install over data
+// (a WipeStateDisk boot cut short, or a disk made to look like one) is
+// foreign, and redone only if WipeStateDisk still names the disk.
+func (l *LUKS) classifyInterrupted(ctx context.Context, d *device, head []byte) (probe, bool, error) {
 	sec := head[secondaryOffset : secondaryOffset+binHeaderSize]
 	if !allZero(head[:binHeaderSize]) || !bytes.Equal(sec[:6], secondaryMagic) {
 		return probe{}, false, nil
@@ -106,32 +144,22 @@ func (l *LUKS) classifyInterrupted(d *device, head []byte) (probe, bool, error) 
 	if !allZero(gap) {
 		return foreign(head, "a secondary LUKS2 header without a primary header, on a disk that was in use"), true, nil
 	}
+	res, err := scanDevice(ctx, d, DataOffset)
+	if err != nil {
+		return probe{}, false, err
+	}
+	if !res.blank() {
+		p := foreign(head, "an interrupted latchkey header install, over "+res.describe())
+		p.uuid = h.uuid
+		return p, true, nil
+	}
 	return probe{kind: kindInterrupted, uuid: h.uuid, head: head}, true, nil
 }
 
-// classifyRest names a known signature blkid missed, or decides between
-// blank and unrecognised data.
-func (l *LUKS) classifyRest(d *device, head []byte) (probe, error) {
-	if what := knownMagic(head); what != "" {
-		return foreign(head, what), nil
-	}
-	if off := firstNonZero(head); off >= 0 {
-		return foreign(head, fmt.Sprintf("unrecognised non-zero data at byte %d (perhaps an encrypted volume or a format latchkey does not know)", off)), nil
-	}
-	tail, err := d.read(d.size-blankCheckLength, blankCheckLength)
-	if err != nil {
-		return probe{}, err
-	}
-	if off := firstNonZero(tail); off >= 0 {
-		return foreign(head, fmt.Sprintf("unrecognised non-zero data at byte %d", d.size-blankCheckLength+int64(off))), nil
-	}
-	return probe{kind: kindBlank, head: head}, nil
-}
-
 // blkid asks libblkid's low-level probes (the same detection udev and
-// wipefs use) what the device holds; "" means nothing.
-func (l *LUKS) blkid(ctx context.Context, path string) (string, error) {
-	fields, err := l.blkidFields(ctx, path)
+// wipefs use) what the device holds at offset off; "" means nothing.
+func (l *LUKS) blkid(ctx context.Context, path string, off int64) (string, error) {
+	fields, err := l.blkidFields(ctx, path, off)
 	if err != nil || len(fields) == 0 {
 		return "", err
 	}
@@ -148,10 +176,15 @@ func (l *LUKS) blkid(ctx context.Context, path string) (string, error) {
 	return strings.Join(parts, " and ") + " [blkid]", nil
 }
 
-// blkidFields runs `blkid -p -o export` and returns its KEY=value lines.
-// Exit status 2 is blkid's "nothing found".
-func (l *LUKS) blkidFields(ctx context.Context, path string) (map[string]string, error) {
-	res, err := l.cfg.Runner.Run(ctx, execx.Cmd{Name: "blkid", Args: []string{"-p", "-o", "export", path}})
+// blkidFields runs `blkid -p -o export` (at offset off) and returns its
+// KEY=value lines. Exit status 2 is blkid's "nothing found", an answer
+// rather than a failure, so it is logged at debug level.
+func (l *LUKS) blkidFields(ctx context.Context, path string, off int64) (map[string]string, error) {
+	args := []string{"-p", "-o", "export", path}
+	if off > 0 {
+		args = []string{"-p", "-O", strconv.FormatInt(off, 10), "-o", "export", path}
+	}
+	res, err := l.cfg.Runner.Run(ctx, execx.Cmd{Name: "blkid", Args: args, AnswerExitCodes: []int{2}})
 	if execx.ExitCode(err) == 2 {
 		return nil, nil
 	}
@@ -172,34 +205,4 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// magic is one signature latchkey checks itself, as a second opinion to
-// blkid and to name what it finds.
-type magic struct {
-	off  int
-	sig  string
-	what string
-}
-
-var magics = []magic{
-	{1080, "\x53\xef", "an ext2/3/4 file system"},
-	{0, "XFSB", "an xfs file system"},
-	{512, "EFI PART", "a GPT partition table"},
-	{4096, "EFI PART", "a GPT partition table (4 KiB sectors)"},
-	{512, "LABELONE", "an LVM physical volume"},
-	{0, "LABELONE", "an LVM physical volume"},
-	{4086, "SWAPSPACE2", "a swap area"},
-	{65600, "_BHRfS_M", "a btrfs file system"},
-	{32769, "CD001", "an ISO 9660 image"},
-	{510, "\x55\xaa", "an MBR partition table or boot sector"},
-}
-
-func knownMagic(head []byte) string {
-	for _, m := range magics {
-		if m.off+len(m.sig) <= len(head) && string(head[m.off:m.off+len(m.sig)]) == m.sig {
-			return m.what
-		}
-	}
-	return ""
 }

@@ -127,6 +127,8 @@ func TestConfigChecks(t *testing.T) {
 		{LUKSConfig{Device: "/dev/vdb", BindMounts: []string{"/etc/kubernetes", "/etc/kubernetes/pki"}}, "overlap"},
 		{LUKSConfig{Device: "/dev/vdb", BindMounts: []string{"/var/lib/kubelet/"}}, "clean absolute path"},
 		{LUKSConfig{Device: "/dev/vdb", MapperName: "a/b"}, "bad mapper name"},
+		{LUKSConfig{Device: "/dev/vdb", WipeStateDisk: "/dev/vdb"}, "names a slot, not a disk"},
+		{LUKSConfig{Device: "/dev/vdb", WipeStateDisk: " serial"}, "is not a disk serial"},
 	}
 	for _, c := range cases {
 		if _, err := NewLUKS(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
@@ -138,7 +140,7 @@ func TestConfigChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	if l.cfg.MountPoint != DefaultMountPoint || l.cfg.FSType != "ext4" || len(l.cfg.BindMounts) != 4 ||
-		l.cfg.WipeStateDisk || l.cfg.WaitTimeout != DefaultWaitTimeout || l.cfg.MapperName != DefaultMapperName {
+		l.cfg.WipeStateDisk != "" || l.cfg.LockTimeout != DefaultLockTimeout || l.cfg.WaitTimeout != DefaultWaitTimeout || l.cfg.MapperName != DefaultMapperName {
 		t.Fatalf("defaults = %+v", l.cfg)
 	}
 	if l, _ := NewLUKS(LUKSConfig{PartLabel: "latchkey-state"}); l.devicePath() != "/dev/disk/by-partlabel/latchkey-state" {

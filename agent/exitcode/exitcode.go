@@ -26,8 +26,9 @@ const (
 	// timeout. systemd restarts the agent after a pause.
 	VerifierUnreachable = 4
 	// DiskRefused: the state disk is not one the agent may use (it carries
-	// data and no LUKS header, or its header is not this node's). Nothing
-	// was formatted; an operator must look.
+	// data and no LUKS header, its header is not this node's or was
+	// altered, or it is missing, read-only or too small for the file
+	// system). Nothing was formatted; an operator must look.
 	DiskRefused = 5
 	// KubeadmFailed: `kubeadm join` failed. systemd restarts the agent; the
 	// disk stays open and the rejoin path skips what is already done.

@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -55,6 +56,10 @@ type Cmd struct {
 	// ExtraFiles are passed to the child as fd 3, 4, ... (for example a
 	// memfd the child addresses as /dev/fd/3).
 	ExtraFiles []*os.File
+	// AnswerExitCodes are non-zero exit codes that are an answer rather
+	// than a failure (blkid's 2, "nothing found"): Run still returns the
+	// *ExitError, but logs the run at debug level, not as a warning.
+	AnswerExitCodes []int
 }
 
 // String is the command line as logged (never contains stdin).
@@ -237,8 +242,10 @@ func (e *Exec) log(ctx context.Context, cmd Cmd, res Result, err error) {
 		slog.Duration("duration", res.Duration),
 	}
 	level := slog.LevelDebug
-	if err != nil {
+	if err != nil && !slices.Contains(cmd.AnswerExitCodes, ExitCode(err)) {
 		level = slog.LevelWarn
+	}
+	if err != nil {
 		attrs = append(attrs, slog.String("err", err.Error()))
 	}
 	e.cfg.Logger.LogAttrs(ctx, level, "exec", attrs...)

@@ -59,6 +59,25 @@ func TestRunFailureCarriesStderr(t *testing.T) {
 	}
 }
 
+// TestAnswerExitCodeLoggedAtDebug: blkid's exit 2 ("nothing found") is
+// an answer: still an *ExitError for the caller, but not a warning in
+// the journal. Another exit code of the same command still warns.
+func TestAnswerExitCodeLoggedAtDebug(t *testing.T) {
+	e, logs := newLogged(t)
+	_, err := e.Run(context.Background(), Cmd{Name: "sh", Args: []string{"-c", "exit 2"}, AnswerExitCodes: []int{2}})
+	if ExitCode(err) != 2 {
+		t.Fatalf("err = %v, want exit 2", err)
+	}
+	if !strings.Contains(logs.String(), `"level":"DEBUG"`) || strings.Contains(logs.String(), `"level":"WARN"`) {
+		t.Fatalf("an answer exit code logged as: %s", logs)
+	}
+	logs.Reset()
+	_, err = e.Run(context.Background(), Cmd{Name: "sh", Args: []string{"-c", "exit 4"}, AnswerExitCodes: []int{2}})
+	if ExitCode(err) != 4 || !strings.Contains(logs.String(), `"level":"WARN"`) {
+		t.Fatalf("exit 4: %v, logged as: %s", err, logs)
+	}
+}
+
 func TestRunMinimalEnvironment(t *testing.T) {
 	t.Setenv("LATCHKEY_TEST_SECRET", "do-not-leak")
 	e := New(Config{Logger: slog.New(slog.DiscardHandler)})

@@ -65,8 +65,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 type flags struct {
 	configPath                                   string
 	verifiers, pins, verifierName                string
-	insecure, dryRun, wipe, noJoin, kubeadmDry   bool
-	kubeadm, ignorePreflight                     string
+	insecure, dryRun, noJoin, kubeadmDry         bool
+	kubeadm, ignorePreflight, wipe               string
 	nodeName, role, variant, tpmDevice, diskMode string
 	diskDevice, diskUUID, cmdlinePath, logLevel  string
 	timeout                                      time.Duration
@@ -85,7 +85,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.diskMode, "disk-mode", "", "luks or key-only")
 	fs.StringVar(&f.diskDevice, "disk-device", "", "state disk device")
 	fs.StringVar(&f.diskUUID, "disk-uuid", "", "disk UUID in key-only mode")
-	fs.BoolVar(&f.wipe, "wipe-state-disk", false, "DESTROY data on a state disk that is not latchkey's and format it")
+	fs.StringVar(&f.wipe, "wipe-state-disk", "", "DESTROY data on the state disk with this serial, /dev/disk/by-id/ name or LUKS UUID, and format it")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print the kubeadm JoinConfiguration (secrets redacted) instead of running kubeadm")
 	fs.BoolVar(&f.kubeadmDry, "kubeadm-dry-run", false, "run `kubeadm join --dry-run`: real discovery, no change to this node")
 	fs.StringVar(&f.kubeadm, "kubeadm", "", "the kubeadm binary (default: kubeadm on $PATH)")
@@ -122,7 +122,9 @@ func (f *flags) apply(c *config.Config) {
 	if f.verifierName != "" {
 		c.VerifierName = f.verifierName
 	}
-	c.Disk.WipeStateDisk = c.Disk.WipeStateDisk || f.wipe
+	if f.wipe != "" {
+		c.Disk.WipeStateDisk = config.WipeTarget(f.wipe)
+	}
 	c.Join.DryRun = c.Join.DryRun || f.dryRun
 	c.Join.Disabled = c.Join.Disabled || f.noJoin
 	c.Join.KubeadmDryRun = c.Join.KubeadmDryRun || f.kubeadmDry

@@ -1,0 +1,107 @@
+package disk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// One agent per disk. Open holds an exclusive BSD flock on the whole-disk
+// device from before it classifies the device until it returns, and
+// Prepare a shared one while it reads: the convention of udev (which
+// skips a disk it cannot lock shared), systemd-repart, util-linux's
+// mkfs/sfdisk --lock and cryptsetup's own device locking. So two agents
+// started together on one blank disk serialise: the second classifies
+// again from its locked descriptor, finds the first's committed header,
+// and stops (ErrStateChanged) instead of writing its own over it. The
+// lock is on the whole disk even when the state device is a partition:
+// partition tools lock the whole disk, and so must a format.
+
+// diskLock is a held flock.
+type diskLock struct {
+	f    *os.File
+	path string
+}
+
+// lockDisk takes the flock (unix.LOCK_EX or unix.LOCK_SH) on the whole
+// disk under d, waiting up to LockTimeout for another holder to let go.
+func (l *LUKS) lockDisk(ctx context.Context, d *device, how int) (*diskLock, error) {
+	path, err := wholeDisk(d.rdev)
+	if err != nil {
+		// No sysfs (a minimal initramfs): lock the device itself, which
+		// still serialises agents configured with the same device.
+		l.cfg.Logger.Debug("state disk: whole disk unknown, locking the device itself", slog.String("device", d.path), slog.String("err", err.Error()))
+		path = d.path
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s to lock it: %w", path, err)
+	}
+	deadline := l.cfg.Now().Add(l.cfg.LockTimeout)
+	for {
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+		if err == nil {
+			return &diskLock{f: f, path: path}, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if !l.cfg.Now().Before(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("state disk %s is locked by another process (another latchkey agent, udev or a disk tool) for more than %s; not touching it", path, l.cfg.LockTimeout)
+		}
+		if err := l.cfg.Sleep(ctx, l.cfg.PollInterval); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("waiting for the lock on %s: %w", path, err)
+		}
+	}
+}
+
+func (k *diskLock) unlock() {
+	if k != nil {
+		k.f.Close() // closing the last descriptor releases the flock
+	}
+}
+
+// sysBlock is where the block devices' sysfs entries are (a variable for
+// tests).
+var sysBlock = "/sys/dev/block"
+
+// wholeDisk returns the /dev path of the disk the block device rdev is
+// on: itself, or for a partition (sysfs has a "partition" attribute) its
+// parent directory in sysfs.
+func wholeDisk(rdev uint64) (string, error) {
+	dir, err := filepath.EvalSymlinks(filepath.Join(sysBlock, fmt.Sprintf("%d:%d", unix.Major(rdev), unix.Minor(rdev))))
+	if err != nil {
+		return "", fmt.Errorf("find the disk of %d:%d in sysfs: %w", unix.Major(rdev), unix.Minor(rdev), err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "partition")); err == nil {
+		dir = filepath.Dir(dir)
+	}
+	name, err := devName(dir)
+	if err != nil {
+		return "", err
+	}
+	return "/dev/" + name, nil
+}
+
+// devName reads DEVNAME from a sysfs block directory's uevent.
+func devName(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "uevent"))
+	if err != nil {
+		return "", fmt.Errorf("read %s/uevent: %w", dir, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "DEVNAME="); ok && v != "" && !strings.Contains(v, "..") {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("no DEVNAME in %s/uevent", dir)
+}
