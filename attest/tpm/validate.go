@@ -134,6 +134,7 @@ func (v *Validator) Validate(ctx context.Context, evidenceBytes, binding []byte,
 		Variant:        latchkeyv1.Variant_VARIANT_TPM,
 		EvidenceDigest: attest.EvidenceDigest(evidenceBytes),
 		Identity:       identity,
+		MachineID:      "tpm-" + identity,
 		State:          state,
 	}, nil
 }
