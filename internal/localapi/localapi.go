@@ -54,6 +54,23 @@ type Tokens interface {
 // API answers NOT_FOUND.
 var ErrTokenNotFound = errors.New("token not found")
 
+// Bindings lists and releases the verifier's binding records. by, given
+// to Release, names the caller for the store's audit line.
+type Bindings interface {
+	List(ctx context.Context) ([]*adminv1.Binding, error)
+	// Release returns what the record held; an error wrapping
+	// ErrBindingNotFound when the name is not bound, ErrBadBinding when
+	// the name is not one.
+	Release(ctx context.Context, kind adminv1.BindingKind, name, by string) (*adminv1.Binding, error)
+}
+
+// Errors Bindings.Release wraps; the API answers NOT_FOUND and
+// INVALID_ARGUMENT.
+var (
+	ErrBindingNotFound = errors.New("binding not found")
+	ErrBadBinding      = errors.New("not a node name or disk uuid")
+)
+
 // PolicyChecker validates a policy file's contents without loading it. It
 // returns the digest the policy would have once loaded, or why it is
 // invalid.
@@ -70,6 +87,7 @@ type Config struct {
 	Agent    AgentState
 	Tokens   Tokens
 	Policies PolicyChecker
+	Bindings Bindings
 	Logger   *slog.Logger
 }
 
@@ -81,7 +99,7 @@ type Server struct {
 
 // NewServer builds the gRPC server; Serve starts it.
 func NewServer(cfg Config) (*Server, error) {
-	if cfg.Agent == nil && cfg.Tokens == nil && cfg.Policies == nil {
+	if cfg.Agent == nil && cfg.Tokens == nil && cfg.Policies == nil && cfg.Bindings == nil {
 		return nil, errors.New("localapi: nothing to serve: set Agent, Tokens or Policies")
 	}
 	log := cfg.Logger
@@ -97,8 +115,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Agent != nil {
 		adminv1.RegisterAgentAdminServer(s.grpc, agentServer{state: cfg.Agent})
 	}
-	if cfg.Tokens != nil || cfg.Policies != nil {
-		adminv1.RegisterVerifierAdminServer(s.grpc, &verifierServer{tokens: cfg.Tokens, policies: cfg.Policies, log: log})
+	if cfg.Tokens != nil || cfg.Policies != nil || cfg.Bindings != nil {
+		adminv1.RegisterVerifierAdminServer(s.grpc, &verifierServer{tokens: cfg.Tokens, policies: cfg.Policies,
+			bindings: cfg.Bindings, log: log})
 	}
 	return s, nil
 }

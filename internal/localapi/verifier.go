@@ -3,6 +3,7 @@ package localapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"regexp"
 
@@ -20,6 +21,7 @@ type verifierServer struct {
 	adminv1.UnimplementedVerifierAdminServer
 	tokens   Tokens
 	policies PolicyChecker
+	bindings Bindings
 	log      *slog.Logger
 }
 
@@ -68,4 +70,40 @@ func (v *verifierServer) CheckPolicy(ctx context.Context, req *adminv1.CheckPoli
 		return &adminv1.CheckPolicyResponse{Valid: false, Error: err.Error()}, nil
 	}
 	return &adminv1.CheckPolicyResponse{Valid: true, Digest: digest}, nil
+}
+
+func (v *verifierServer) ListBindings(ctx context.Context, _ *adminv1.ListBindingsRequest) (*adminv1.ListBindingsResponse, error) {
+	if v.bindings == nil {
+		return nil, status.Error(codes.Unimplemented, "this server keeps no bindings")
+	}
+	bs, err := v.bindings.List(ctx)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "list bindings: %v", err)
+	}
+	return &adminv1.ListBindingsResponse{Bindings: bs}, nil
+}
+
+// ReleaseBinding releases one record and writes the audit line: who (the
+// peer's uid and pid) released what, and the identity it held.
+func (v *verifierServer) ReleaseBinding(ctx context.Context, req *adminv1.ReleaseBindingRequest) (*adminv1.ReleaseBindingResponse, error) {
+	if v.bindings == nil {
+		return nil, status.Error(codes.Unimplemented, "this server keeps no bindings")
+	}
+	if k := req.GetKind(); k != adminv1.BindingKind_BINDING_KIND_NODE && k != adminv1.BindingKind_BINDING_KIND_DISK {
+		return nil, status.Error(codes.InvalidArgument, "kind must be node or disk")
+	}
+	c, _ := peercred.FromContext(ctx)
+	by := fmt.Sprintf("admin uid=%d pid=%d", c.UID, c.PID)
+	b, err := v.bindings.Release(ctx, req.GetKind(), req.GetName(), by)
+	switch {
+	case errors.Is(err, ErrBadBinding):
+		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+	case errors.Is(err, ErrBindingNotFound):
+		return nil, status.Errorf(codes.NotFound, "%v", err)
+	case err != nil:
+		return nil, status.Errorf(codes.Unavailable, "release binding: %v", err)
+	}
+	v.log.WarnContext(ctx, "binding released by admin", "kind", kindName(req.GetKind()), "name", req.GetName(),
+		"identity", b.GetIdentity(), "token_id", b.GetTokenId(), "uid", c.UID, "pid", c.PID)
+	return &adminv1.ReleaseBindingResponse{Released: b}, nil
 }

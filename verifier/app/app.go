@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc"
@@ -19,6 +20,7 @@ import (
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/metrics"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/keys"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/service"
@@ -33,6 +35,9 @@ type Deps struct {
 	Listener net.Listener
 	// Minter replaces the one built from the Kubernetes section (tests).
 	Minter token.Minter
+	// Bindings replaces the binding store (tests); by default Leases when
+	// Kubernetes is configured, else a directory in the state directory.
+	Bindings binding.Store
 	// Ready is called once the listener serves; optional (sd_notify).
 	Ready func()
 }
@@ -47,6 +52,7 @@ type Verifier struct {
 	health *health.Server
 	// Minter is the token step in use (nil in disk-only mode).
 	Minter     token.Minter
+	bindings   binding.Store
 	kube       kubernetes.Interface
 	metrics    *metrics.Metrics
 	policyDeps policy.Deps
@@ -68,7 +74,7 @@ func New(cfg *Config, deps Deps) (*Verifier, error) {
 	if err := v.loadKeys(); err != nil {
 		return nil, err
 	}
-	for _, step := range []func() error{v.loadKube, v.loadPolicy, v.buildServer} {
+	for _, step := range []func() error{v.loadKube, v.loadBindings, v.loadPolicy, v.buildServer} {
 		if err := step(); err != nil {
 			v.keys.Close()
 			return nil, err
@@ -85,6 +91,23 @@ func (v *Verifier) loadKube() error {
 	}
 	var err error
 	v.kube, v.Minter, err = newKubeMinter(v.cfg.Kubernetes, v.deps.Logger)
+	return err
+}
+
+// loadBindings opens the binding store: Leases shared by every replica
+// in Kubernetes mode, a directory of the state directory in disk-only
+// mode (one replica).
+func (v *Verifier) loadBindings() error {
+	var err error
+	switch {
+	case v.deps.Bindings != nil:
+		v.bindings = v.deps.Bindings
+	case v.kube != nil:
+		v.bindings, err = binding.NewLeases(binding.LeaseConfig{Client: v.kube,
+			Namespace: v.cfg.Kubernetes.BindingNamespace, Logger: v.deps.Logger})
+	default:
+		v.bindings, err = binding.NewDir(binding.DirConfig{Dir: filepath.Join(v.cfg.StateDir, "bindings"), Logger: v.deps.Logger})
+	}
 	return err
 }
 
@@ -120,6 +143,7 @@ func (v *Verifier) buildServer() error {
 		return err
 	}
 	svc, err := service.New(service.Config{Policy: v.store, Keys: v.keys, Minter: v.Minter,
+		Bindings: v.bindings, AdoptUnbound: v.cfg.Identity.AdoptUnbound,
 		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics})
 	if err != nil {
 		return err
@@ -173,7 +197,7 @@ func (v *Verifier) Serve(ctx context.Context) error {
 	go v.store.Run(ctx)
 	go v.serveMetrics(ctx)
 	if v.kube != nil {
-		go runApprover(ctx, v.kube, v.cfg.Kubernetes, v.deps.Logger)
+		go runApprover(ctx, v.kube, v.bindings, v.cfg.Kubernetes, v.deps.Logger)
 	}
 	stopAdmin := v.serveAdmin()
 	defer stopAdmin()
@@ -243,7 +267,7 @@ func (v *Verifier) serveAdmin() func() {
 	if v.cfg.AdminSocket == "-" {
 		return func() {}
 	}
-	acfg := localapi.Config{Policies: policyChecker{v.policyDeps}, Logger: v.deps.Logger}
+	acfg := localapi.Config{Policies: policyChecker{v.policyDeps}, Bindings: bindingAdmin{v.bindings}, Logger: v.deps.Logger}
 	if v.kube != nil {
 		acfg.Tokens = tokenAdmin{client: v.kube, minter: v.Minter}
 	}

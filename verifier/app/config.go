@@ -52,6 +52,20 @@ type Config struct {
 	AdminSocket string `json:"adminSocket,omitempty"`
 	// JoinTimeout bounds one join (default 60s).
 	JoinTimeout Duration `json:"joinTimeout,omitempty"`
+	// Identity configures the binding of disk UUIDs and node names to
+	// attested machines.
+	Identity Identity `json:"identity,omitempty"`
+}
+
+// Identity configures identity binding (verifier/binding). Bindings are
+// always enforced; these options only shape the upgrade path.
+type Identity struct {
+	// AdoptUnbound lets a rejoin whose disk UUID or node name has no
+	// binding record (set up before identity binding) claim it for the
+	// machine that attests. Turn it on for an upgrade, let every node
+	// reboot once, and turn it off again. Off (the default) refuses such
+	// a rejoin with IDENTITY_MISMATCH.
+	AdoptUnbound bool `json:"adoptUnbound,omitempty"`
 }
 
 // Kubernetes configures the token step.
@@ -74,6 +88,9 @@ type Kubernetes struct {
 	// ApproveServingCertificates lets the verifier approve kubelet-serving
 	// CSRs of nodes it attested (client CSRs are always checked).
 	ApproveServingCertificates bool `json:"approveServingCertificates,omitempty"`
+	// BindingNamespace holds the binding Leases (default latchkey-system,
+	// created by verifier/deploy).
+	BindingNamespace string `json:"bindingNamespace,omitempty"`
 }
 
 // Duration is a time.Duration written as "30s" in YAML.

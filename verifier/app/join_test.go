@@ -36,6 +36,7 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/app"
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
@@ -45,11 +46,13 @@ const diskA = "0b7c1d6e-3f2a-4c5b-9d8e-7f6a5b4c3d2e"
 var testPCRs = []int{0, 7, 14}
 
 type rig struct {
-	sim    *tpmtest.Simulator
-	addr   string
-	pin    atls.Pin
-	client *fake.Clientset
-	logs   *lockedBuffer
+	// bindings replaces the binding store the config would open.
+	bindings binding.Store
+	sim      *tpmtest.Simulator
+	addr     string
+	pin      atls.Pin
+	client   *fake.Clientset
+	logs     *lockedBuffer
 }
 
 type lockedBuffer struct {
@@ -126,7 +129,7 @@ func startRig(t testing.TB, sim *tpmtest.Simulator, cfg *app.Config) *rig {
 // non-nil minter replaces the one cfg's Kubernetes section would build.
 func startAssembled(t testing.TB, r *rig, cfg *app.Config, minter token.Minter) {
 	t.Helper()
-	deps := app.Deps{Logger: slog.New(slog.NewTextHandler(r.logs, nil)), Minter: minter}
+	deps := app.Deps{Logger: slog.New(slog.NewTextHandler(r.logs, nil)), Minter: minter, Bindings: r.bindings}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -68,9 +68,9 @@ func NewDir(cfg DirConfig) (*Dir, error) {
 
 // fileRecord is a record's file content.
 type fileRecord struct {
-	Kind     Kind      `json:"kind"`
-	Name     string    `json:"name"`
-	Identity string    `json:"identity"`
+	Kind       Kind      `json:"kind"`
+	Name       string    `json:"name"`
+	Identity   string    `json:"identity"`
 	TokenID    string    `json:"tokenID,omitempty"`
 	Created    time.Time `json:"created"`
 	Released   time.Time `json:"released,omitzero"`

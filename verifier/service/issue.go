@@ -8,6 +8,7 @@ import (
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/internal/metrics"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
@@ -50,6 +51,19 @@ func (s *Service) mint(ctx context.Context, hello *latchkeyv1.Hello, out *outcom
 	}
 	out.tokenID = g.ID
 	s.cfg.Metrics.TokenMinted()
+	// The approver signs a client certificate only for a CSR made with
+	// the token the node's binding records, so the record is written
+	// before anyone holds the token. A token that cannot be recorded is
+	// taken back.
+	if err := s.cfg.Bindings.SetToken(ctx, hello.GetNodeName(), out.verified.MachineID, g.ID); err != nil {
+		s.revoke(ctx, g.ID, err)
+		var mm *binding.MismatchError
+		if errors.As(err, &mm) {
+			out.boundIdentity = mm.Bound
+			return nil, attest.Refuse(latchkeyv1.Reason_IDENTITY_MISMATCH, "node %s was rebound while its token was minted", hello.GetNodeName())
+		}
+		return nil, attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "record token on node binding: %w", err)
+	}
 	return g, nil
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/attesttest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/keys"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/service"
@@ -97,7 +98,11 @@ func startVerifier(t *testing.T, o envOpt) *env {
 		ControlPlane: map[latchkeyv1.Variant]bool{latchkeyv1.Variant_VARIANT_TPM: o.controlPlane},
 	}
 	logs := &bytes.Buffer{}
-	cfg := service.Config{Policy: policy.NewStatic(snap), Keys: d,
+	store, err := binding.NewDir(binding.DirConfig{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := service.Config{Policy: policy.NewStatic(snap), Keys: d, Bindings: store,
 		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: logs}, nil)), AckTimeout: o.ackTimeout}
 	if o.minter != nil {
 		cfg.Minter = o.minter

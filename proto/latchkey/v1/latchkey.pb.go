@@ -179,6 +179,10 @@ const (
 	Reason_INTERNAL Reason = 16
 	// The verifier cannot serve now (shutting down, Kubernetes unreachable).
 	Reason_UNAVAILABLE Reason = 17
+	// The disk UUID or node name is bound to another attested machine, has
+	// no binding record and the verifier does not adopt unbound ones, or the
+	// evidence names no stable machine identity.
+	Reason_IDENTITY_MISMATCH Reason = 18
 )
 
 // Enum value maps for Reason.
@@ -202,6 +206,7 @@ var (
 		15: "ROLE_NOT_ALLOWED",
 		16: "INTERNAL",
 		17: "UNAVAILABLE",
+		18: "IDENTITY_MISMATCH",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":      0,
@@ -222,6 +227,7 @@ var (
 		"ROLE_NOT_ALLOWED":        15,
 		"INTERNAL":                16,
 		"UNAVAILABLE":             17,
+		"IDENTITY_MISMATCH":       18,
 	}
 )
 
@@ -1119,7 +1125,7 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\aVariant\x12\x17\n" +
 	"\x13VARIANT_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vVARIANT_TPM\x10\x01\x12\x0f\n" +
-	"\vVARIANT_SNP\x10\x02*\xf8\x02\n" +
+	"\vVARIANT_SNP\x10\x02*\x8f\x03\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMALFORMED\x10\x01\x12\x13\n" +
@@ -1139,7 +1145,8 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\x12COLLATERAL_MISSING\x10\x0e\x12\x14\n" +
 	"\x10ROLE_NOT_ALLOWED\x10\x0f\x12\f\n" +
 	"\bINTERNAL\x10\x10\x12\x0f\n" +
-	"\vUNAVAILABLE\x10\x112R\n" +
+	"\vUNAVAILABLE\x10\x11\x12\x15\n" +
+	"\x11IDENTITY_MISMATCH\x10\x122R\n" +
 	"\vJoinService\x12C\n" +
 	"\x04Join\x12\x19.latchkey.v1.AgentMessage\x1a\x1c.latchkey.v1.VerifierMessage(\x010\x01B;Z9github.com/latchkey/latchkey/proto/latchkey/v1;latchkeyv1b\x06proto3"
 
