@@ -115,14 +115,20 @@ func writeYAML(t testing.TB, path string, v any) {
 func startRig(t testing.TB, sim *tpmtest.Simulator, cfg *app.Config) *rig {
 	t.Helper()
 	r := &rig{sim: sim, client: signingClientset(t), logs: &lockedBuffer{}}
+	startAssembled(t, r, cfg, fakeSignedMinter(t, r))
+	return r
+}
+
+// fakeSignedMinter is the client-go token step on r's fake clientset.
+func fakeSignedMinter(t testing.TB, r *rig) token.Minter {
+	t.Helper()
 	minter, err := token.NewKube(token.KubeConfig{Client: r.client, Endpoints: []string{"10.96.0.1:6443"},
 		CACertHashes: []string{"sha256:" + strings.Repeat("ab", 32)}, SignatureWait: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(r.logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	startAssembled(t, r, cfg, minter)
-	return r
+	return minter
 }
 
 // startAssembled serves cfg as `serve` assembles it on a loopback port; a
