@@ -12,7 +12,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
-pkgs=(./verifier/token/ ./agent/join/ ./verifier/app/)
+pkgs=(./verifier/token/ ./agent/join/ ./verifier/app/ ./verifier/binding/)
 
 [[ $EUID -eq 0 ]] || { echo "test-k8s: run as root" >&2; exit 1; }
 if [[ "${LATCHKEY_K8S_KEEP:-0}" != 1 ]]; then
