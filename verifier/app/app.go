@@ -204,6 +204,9 @@ func (v *Verifier) Serve(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- v.grpc.Serve(lis) }()
 	v.deps.Logger.Info("verifier serving", "address", lis.Addr().String(), "disk_only", v.Minter == nil)
+	if v.cfg.Identity.AdoptUnbound {
+		v.deps.Logger.Warn("identity.adoptUnbound is on: a rejoin whose disk or node name has no binding record claims it; turn it off once every node has rejoined")
+	}
 	if v.deps.Ready != nil {
 		v.deps.Ready()
 	}
