@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -35,16 +36,25 @@ type DirConfig struct {
 // which fails when the name exists: creation is atomic and
 // create-if-absent, and a crash leaves either no record or a whole one.
 //
-// Dir serialises updates within one process. It is meant for one
+// Dir serialises updates of one record within one process (a lock per
+// record name, striped, so joins of different machines do not wait for
+// each other's fsync). It is meant for one
 // verifier replica: two processes sharing the directory never both win a
 // claim (link is atomic), but a release racing another process's token
 // update is not serialised. Run Kubernetes mode (Leases) for several
 // replicas.
 type Dir struct {
-	dir string
-	now func() time.Time
-	log *slog.Logger
-	mu  sync.Mutex
+	dir   string
+	now   func() time.Time
+	log   *slog.Logger
+	locks [64]sync.Mutex
+}
+
+// lock returns the mutex guarding the record file name.
+func (d *Dir) lock(name string) *sync.Mutex {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return &d.locks[h.Sum32()%uint32(len(d.locks))]
 }
 
 var _ Store = (*Dir)(nil)
@@ -86,8 +96,9 @@ func (d *Dir) Claim(ctx context.Context, kind Kind, name, identity string) (Reco
 	if err := validate(kind, name, identity, true); err != nil {
 		return Record{}, err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	mu := d.lock(ObjectName(kind, name))
+	mu.Lock()
+	defer mu.Unlock()
 	r := Record{Kind: kind, Name: name, Identity: identity, Created: d.now().UTC().Truncate(time.Second)}
 	err := d.create(d.path(kind, name), r)
 	if errors.Is(err, fs.ErrExist) {
@@ -121,8 +132,9 @@ func (d *Dir) SetToken(_ context.Context, node, identity, tokenID string) error 
 	if err := validate(Node, node, identity, true); err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	mu := d.lock(ObjectName(Node, node))
+	mu.Lock()
+	defer mu.Unlock()
 	p := d.path(Node, node)
 	r, err := d.read(p)
 	if err != nil {
@@ -140,8 +152,9 @@ func (d *Dir) Release(_ context.Context, kind Kind, name, by string) (Record, er
 	if err := validate(kind, name, "", false); err != nil {
 		return Record{}, err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	mu := d.lock(ObjectName(kind, name))
+	mu.Lock()
+	defer mu.Unlock()
 	p := d.path(kind, name)
 	r, err := d.read(p)
 	if err != nil {
