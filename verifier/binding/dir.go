@@ -252,7 +252,8 @@ func (d *Dir) writeTemp(r Record) (string, error) {
 func (d *Dir) read(p string) (Record, error) {
 	f, err := os.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, filepath.Base(p))
+		kind, name, _ := strings.Cut(filepath.Base(p), "-")
+		return Record{}, fmt.Errorf("%w: %s %s", ErrNotFound, kind, name)
 	}
 	if err != nil {
 		return Record{}, fmt.Errorf("binding: %w", err)

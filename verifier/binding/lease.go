@@ -96,15 +96,12 @@ func (l *Leases) Claim(ctx context.Context, kind Kind, name, identity string) (R
 	}
 	created, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		created, err = l.takeOver(ctx, kind, name, identity)
+		var have Record
+		created, have, err = l.takeOver(ctx, kind, name, identity)
 		if err != nil {
 			return Record{}, err
 		}
 		if created == nil { // bound already
-			have, gerr := l.Get(ctx, kind, name)
-			if gerr != nil {
-				return Record{}, gerr
-			}
 			return have, Check(have, identity)
 		}
 	} else if err != nil {
@@ -117,10 +114,12 @@ func (l *Leases) Claim(ctx context.Context, kind Kind, name, identity string) (R
 // takeOver binds a released Lease to identity, conditioned on the
 // version read, so two racing claims of one released record cannot both
 // win: the loser's update conflicts, and on its retry it finds the
-// record bound. It returns nil, nil when the record is bound.
-func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string) (*coordinationv1.Lease, error) {
+// record bound. When the record is bound it returns no Lease and the
+// record it read.
+func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string) (*coordinationv1.Lease, Record, error) {
 	obj := ObjectName(kind, name)
 	var out *coordinationv1.Lease
+	var have Record
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		out = nil
 		lease, err := l.leases().Get(ctx, obj, metav1.GetOptions{})
@@ -131,7 +130,11 @@ func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string)
 		if err != nil {
 			return err
 		}
+		if r.Kind != kind || r.Name != name {
+			return fmt.Errorf("binding: lease %s/%s records %s %q", l.ns, obj, r.Kind, r.Name)
+		}
 		if r.Bound() {
+			have = r
 			return nil
 		}
 		holder := identity
@@ -147,7 +150,7 @@ func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string)
 		}
 		return err
 	})
-	return out, err
+	return out, have, err
 }
 
 // Get implements Store.

@@ -40,17 +40,31 @@ func (s *Service) bind(ctx context.Context, hello *latchkeyv1.Hello, v *attest.V
 	if s.cfg.Minter != nil {
 		kinds, names = append(kinds, binding.Node), append(names, hello.GetNodeName())
 	}
-	if !hello.GetRejoin() {
-		// Look before claiming, so a join refused for one name does not
-		// leave the other claimed.
+	if hello.GetRejoin() {
 		for i, k := range kinds {
-			if err := s.refusal(k, names[i], s.precheck(ctx, k, names[i], id), out); err != nil {
+			if err := s.refusal(k, names[i], s.checkRejoin(ctx, k, names[i], id, out), out); err != nil {
 				return err
 			}
 		}
+		return nil
+	}
+	// A first join looks before it claims, so a join refused for one name
+	// leaves the other unclaimed, and a name already bound to this
+	// machine (a retried first join) costs one read.
+	mine := make([]bool, len(kinds))
+	for i, k := range kinds {
+		var err error
+		mine[i], err = s.precheck(ctx, k, names[i], id)
+		if err := s.refusal(k, names[i], err, out); err != nil {
+			return err
+		}
 	}
 	for i, k := range kinds {
-		if err := s.bindOne(ctx, k, names[i], id, hello.GetRejoin(), out); err != nil {
+		if mine[i] {
+			continue
+		}
+		_, err := s.cfg.Bindings.Claim(ctx, k, names[i], id)
+		if err := s.refusal(k, names[i], err, out); err != nil {
 			return err
 		}
 	}
@@ -58,28 +72,18 @@ func (s *Service) bind(ctx context.Context, hello *latchkeyv1.Hello, v *attest.V
 }
 
 // precheck finds a first join's name bound to another identity without
-// claiming anything.
-func (s *Service) precheck(ctx context.Context, kind binding.Kind, name, id string) error {
+// claiming anything; mine reports the name is bound to id already.
+func (s *Service) precheck(ctx context.Context, kind binding.Kind, name, id string) (mine bool, err error) {
 	r, err := s.cfg.Bindings.Get(ctx, kind, name)
 	switch {
 	case errors.Is(err, binding.ErrNotFound):
-		return nil
+		return false, nil
 	case err != nil:
-		return err
+		return false, err
 	case !r.Bound():
-		return nil
+		return false, nil
 	}
-	return binding.Check(r, id)
-}
-
-func (s *Service) bindOne(ctx context.Context, kind binding.Kind, name, id string, rejoin bool, out *outcome) error {
-	var err error
-	if !rejoin {
-		_, err = s.cfg.Bindings.Claim(ctx, kind, name, id)
-	} else {
-		err = s.checkRejoin(ctx, kind, name, id, out)
-	}
-	return s.refusal(kind, name, err, out)
+	return true, binding.Check(r, id)
 }
 
 // refusal turns a binding error into the join's refusal.
@@ -100,7 +104,8 @@ func (s *Service) refusal(kind binding.Kind, name string, err error, out *outcom
 	return nil
 }
 
-// checkRejoin is bindOne for a rejoin.
+// checkRejoin checks (or, when released or adoptable, claims) one name
+// of a rejoin.
 func (s *Service) checkRejoin(ctx context.Context, kind binding.Kind, name, id string, out *outcome) error {
 	r, err := s.cfg.Bindings.Get(ctx, kind, name)
 	switch {
