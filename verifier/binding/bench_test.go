@@ -10,36 +10,41 @@ import (
 	"github.com/latchkey/latchkey/verifier/binding"
 )
 
-// BenchmarkDirFirstJoin is the directory store's share of one first join
-// in disk-only-style assembly with a token step: claim the disk, claim
-// the node, record the token (each write fsynced, as in service).
-func BenchmarkDirFirstJoin(b *testing.B) {
-	s, err := binding.NewDir(binding.DirConfig{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
+// BenchmarkDirClaim is the directory store's share of a disk-only first
+// join: one new disk claim (record written and fsynced, linked, directory
+// fsynced). Disk-only mode binds no node name and mints no token.
+func BenchmarkDirClaim(b *testing.B) {
+	s := benchDir(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		node := fmt.Sprintf("bench-node-%d", i)
 		if _, err := s.Claim(ctx, binding.Disk, fmt.Sprintf("%08x-0000-4000-8000-000000000000", i), idA); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.Claim(ctx, binding.Node, node, idA); err != nil {
-			b.Fatal(err)
-		}
-		if err := s.SetToken(ctx, node, idA, "abcdef"); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
+// BenchmarkDirClaimParallel is BenchmarkDirClaim from 32 joins at once:
+// records of different machines share no lock, so their fsyncs overlap.
+func BenchmarkDirClaimParallel(b *testing.B) {
+	s := benchDir(b)
+	ctx := context.Background()
+	var next atomic.Int64
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := next.Add(1)
+			if _, err := s.Claim(ctx, binding.Disk, fmt.Sprintf("%08x-0000-4000-8000-000000000000", i), idA); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
 // BenchmarkDirRejoin is a rejoin's check: read the disk record.
 func BenchmarkDirRejoin(b *testing.B) {
-	s, err := binding.NewDir(binding.DirConfig{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := benchDir(b)
 	ctx := context.Background()
 	if _, err := s.Claim(ctx, binding.Disk, diskU, idA); err != nil {
 		b.Fatal(err)
@@ -53,30 +58,10 @@ func BenchmarkDirRejoin(b *testing.B) {
 	}
 }
 
-// BenchmarkDirFirstJoinParallel is BenchmarkDirFirstJoin from many joins
-// at once: records of different machines do not share a lock, so their
-// fsyncs overlap.
-func BenchmarkDirFirstJoinParallel(b *testing.B) {
+func benchDir(b *testing.B) *binding.Dir {
 	s, err := binding.NewDir(binding.DirConfig{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
-	var next atomic.Int64
-	b.SetParallelism(32)
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			i := next.Add(1)
-			node := fmt.Sprintf("bench-node-%d", i)
-			if _, err := s.Claim(ctx, binding.Disk, fmt.Sprintf("%08x-0000-4000-8000-000000000000", i), idA); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := s.Claim(ctx, binding.Node, node, idA); err != nil {
-				b.Fatal(err)
-			}
-			if err := s.SetToken(ctx, node, idA, "abcdef"); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	return s
 }
