@@ -54,6 +54,12 @@ type LeaseConfig struct {
 // then reads it and compares, so every replica reaches the same verdict.
 // Token updates are optimistic (resourceVersion), so a record released
 // and reclaimed meanwhile is never overwritten.
+//
+// The node Lease is also the per-node record continuous re-attestation
+// (issue 15) keeps: it may add its own latchkey.io/ annotations (time,
+// evidence digest, decision) and renew spec.renewTime, with the same
+// optimistic updates. Only Claim and Release write the identity
+// annotations and spec.holderIdentity.
 type Leases struct {
 	client kubernetes.Interface
 	ns     string
