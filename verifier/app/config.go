@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 
+	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/latchkey/latchkey/internal/duration"
@@ -96,15 +97,24 @@ type Kubernetes struct {
 // Duration is a time.Duration written as "30s" in YAML.
 type Duration = duration.Duration
 
-// LoadConfig reads a config file strictly.
+// LoadConfig reads a config file strictly: unknown keys, duplicate keys
+// and keys that match a field only case-insensitively are errors.
 func LoadConfig(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	var c Config
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	var c Config
+	strict, err := sigsjson.UnmarshalStrict(js, &c)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if len(strict) > 0 {
+		return nil, fmt.Errorf("config %s: %w", path, errors.Join(strict...))
 	}
 	return &c, nil
 }

@@ -343,3 +343,30 @@ func TestIdentitySNPMaskedChipRefused(t *testing.T) {
 	masked := snptest.NewWithOptions(t, snptest.Options{ChipID: make([]byte, 64)})
 	r.refusedIdentity(t, masked.Issuer(), req("node-1", diskA, false, false), "names no stable machine identity", 0)
 }
+
+// The identity section is strict like the rest of the config, and its
+// zero value refuses unrecorded rejoins.
+func TestIdentityConfigStrict(t *testing.T) {
+	dir := t.TempDir()
+	for body, want := range map[string]string{
+		"policy: p\nclusterSalt: s\nidentity:\n  adoptUnbound: true\n":                           "",
+		"policy: p\nclusterSalt: s\nidentity:\n  adoptUnbound: true\n  bogus: 1\n":               "bogus",
+		"policy: p\nclusterSalt: s\nkubernetes:\n  bindingNamespace: x\n  bindingnamespace: y\n": "bindingnamespace",
+		"policy: p\nclusterSalt: s\nidentity:\n  adoptUnbound: true\n  adoptUnbound: false\n":    "adoptUnbound",
+		"policy: p\nclusterSalt: s\nIdentity:\n  adoptUnbound: true\n":                           "Identity",
+	} {
+		path := filepath.Join(dir, "v.yaml")
+		os.WriteFile(path, []byte(body), 0o600)
+		c, err := app.LoadConfig(path)
+		switch {
+		case want == "" && (err != nil || !c.Identity.AdoptUnbound):
+			t.Errorf("%q: %v", body, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%q: err %v, want one naming %q", body, err, want)
+		}
+	}
+	var zero app.Config
+	if zero.Identity.AdoptUnbound {
+		t.Fatal("adoption on by default")
+	}
+}
