@@ -71,9 +71,15 @@ func newIDRig(t *testing.T, pol map[string]any, leases, adopt bool) *idRig {
 	return ir
 }
 
+// start (re)starts the verifier on a copy of r.cfg, stopping the one
+// running.
 func (r *idRig) start(t *testing.T) {
 	t.Helper()
-	startAssembled(t, r.rig, r.cfg, fakeSignedMinter(t, r.rig))
+	if r.stop != nil {
+		r.stop()
+	}
+	cfg := *r.cfg
+	startAssembled(t, r.rig, &cfg, fakeSignedMinter(t, r.rig))
 }
 
 // tpmPolicy trusts sim's EK CA and its current PCR values.

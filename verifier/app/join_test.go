@@ -48,11 +48,13 @@ var testPCRs = []int{0, 7, 14}
 type rig struct {
 	// bindings replaces the binding store the config would open.
 	bindings binding.Store
-	sim      *tpmtest.Simulator
-	addr     string
-	pin      atls.Pin
-	client   *fake.Clientset
-	logs     *lockedBuffer
+	// stop stops the verifier startAssembled started (also at cleanup).
+	stop   func()
+	sim    *tpmtest.Simulator
+	addr   string
+	pin    atls.Pin
+	client *fake.Clientset
+	logs   *lockedBuffer
 }
 
 type lockedBuffer struct {
@@ -148,7 +150,9 @@ func startAssembled(t testing.TB, r *rig, cfg *app.Config, minter token.Minter) 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- v.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	var once sync.Once
+	r.stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(r.stop)
 	cert, err := app.ServingCertificate(cfg)
 	if err != nil {
 		t.Fatal(err)
