@@ -71,6 +71,14 @@ type Verified struct {
 	EvidenceDigest [sha256.Size]byte
 	// Identity names the attested machine for humans (EK or chip ID).
 	Identity string
+	// MachineID is the stable machine identity the verifier binds disk
+	// UUIDs and node names to (verifier/binding): "tpm-ek:sha256:<hex>"
+	// (the trusted EK's SPKI), "tpm-ak:sha256:<hex>" (a pinned AK, whose
+	// EK is not verified), or "snp-chip:<hex CHIP_ID>" optionally followed
+	// by "/host-data:<hex>". Empty means the evidence names no stable
+	// identity (an SNP report with CHIP_ID masked); such a machine is
+	// refused wherever a binding is needed.
+	MachineID string
 	// State is the variant's parsed, verified machine state (*tpm.State,
 	// *snp.State): what the variant's policy step reads.
 	State State

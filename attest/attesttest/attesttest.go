@@ -65,6 +65,9 @@ type Validator struct {
 	V latchkeyv1.Variant
 	// Challenge makes Validate run one echo round trip.
 	Challenge bool
+	// MachineID is the Verified.MachineID Validate returns (default
+	// "fake:machine").
+	MachineID string
 }
 
 // Variant returns V (default VARIANT_TPM).
@@ -86,7 +89,11 @@ func (v *Validator) Validate(ctx context.Context, evidence, binding []byte, rt a
 			return nil, err
 		}
 	}
-	return &attest.Verified{Variant: v.Variant(), EvidenceDigest: attest.EvidenceDigest(evidence), Identity: "fake"}, nil
+	id := v.MachineID
+	if id == "" {
+		id = "fake:machine"
+	}
+	return &attest.Verified{Variant: v.Variant(), EvidenceDigest: attest.EvidenceDigest(evidence), Identity: "fake", MachineID: id}, nil
 }
 
 func echo(ctx context.Context, rt attest.RoundTrip) error {

@@ -73,6 +73,13 @@ type Policy struct {
 	// HostData, when not empty, lists the accepted HOST_DATA values
 	// (32 bytes, hex).
 	HostData []string `json:"hostData,omitempty"`
+	// BindHostData mixes HOST_DATA into the machine identity disk UUIDs
+	// and node names are bound to ("snp-chip:<CHIP_ID>/host-data:<hex>"
+	// instead of "snp-chip:<CHIP_ID>"). Set it only when the platform
+	// gives every VM its own HOST_DATA that stays the same across its
+	// restarts: co-tenant VMs on one chip then get different identities.
+	// Off, every VM on a chip shares one identity.
+	BindHostData bool `json:"bindHostData,omitempty"`
 	// TrustedRoots, when not empty, replaces the AMD roots go-sev-guest
 	// ships (Milan, Genoa, Turin; VCEK and VLEK chains) as the only trusted
 	// roots. Tests use it for go-sev-guest's fake chain; operators for a
@@ -136,6 +143,7 @@ type compiled struct {
 	familyIDs     byteSet
 	imageIDs      byteSet
 	hostData      byteSet
+	bindHostData  bool
 	roots         map[string][]*trust.AMDRootCerts
 	rootsNotAfter map[string]time.Time
 }
@@ -150,11 +158,12 @@ func (s byteSet) has(b []byte) bool {
 
 func compile(p Policy) (*compiled, error) {
 	c := &compiled{
-		minTCB:      p.MinimumTCB.TCBParts(),
-		minGuestSVN: p.MinimumGuestSVN,
-		provisional: p.PermitProvisionalFirmware,
-		allowMA:     p.AllowMigrationAgent,
-		allowCXL:    p.AllowCXL,
+		minTCB:       p.MinimumTCB.TCBParts(),
+		minGuestSVN:  p.MinimumGuestSVN,
+		provisional:  p.PermitProvisionalFirmware,
+		allowMA:      p.AllowMigrationAgent,
+		allowCXL:     p.AllowCXL,
+		bindHostData: p.BindHostData,
 	}
 	if _, err := kds.ComposeTCBParts(c.minTCB); err != nil {
 		return nil, fmt.Errorf("minimumTCB: %w", err)

@@ -310,6 +310,7 @@ func (v *Validator) verified(evidence []byte, ev *Evidence, e *endorsement, der 
 		Variant:        latchkeyv1.Variant_VARIANT_SNP,
 		EvidenceDigest: attest.EvidenceDigest(evidence),
 		Identity:       identity(r.GetChipId()),
+		MachineID:      machineID(r.GetChipId(), r.GetHostData(), v.c.bindHostData),
 		State:          st,
 	}
 }
@@ -356,6 +357,21 @@ func identity(chipID []byte) string {
 		return "chip:masked"
 	}
 	return "chip:" + hex.EncodeToString(chipID[:8])
+}
+
+// machineID is the identity bindings use: the whole CHIP_ID (the report
+// holds nothing per VM that survives a restart on another host), with
+// HOST_DATA appended when the policy says the platform sets one per VM.
+// A masked CHIP_ID gives "" (no stable identity).
+func machineID(chipID, hostData []byte, bindHostData bool) string {
+	if allZero(chipID) {
+		return ""
+	}
+	id := "snp-chip:" + hex.EncodeToString(chipID)
+	if bindHostData {
+		id += "/host-data:" + hex.EncodeToString(hostData)
+	}
+	return id
 }
 
 // endorsementDER returns the signing key's certificate (check 2).

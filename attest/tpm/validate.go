@@ -167,6 +167,7 @@ func (v *Validator) Verify(ctx context.Context, evidenceBytes, binding []byte, r
 		Variant:        latchkeyv1.Variant_VARIANT_TPM,
 		EvidenceDigest: attest.EvidenceDigest(evidenceBytes),
 		Identity:       identity,
+		MachineID:      "tpm-" + identity,
 		State:          state,
 	}, nil
 }

@@ -8,6 +8,7 @@ package adminapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"regexp"
 
@@ -45,12 +46,30 @@ type PolicyChecker interface {
 	Check(ctx context.Context, policy []byte) (digest string, err error)
 }
 
+// Bindings lists and releases the verifier's binding records. by, given
+// to Release, names the caller for the store's audit line.
+type Bindings interface {
+	List(ctx context.Context) ([]*adminv1.Binding, error)
+	// Release returns what the record held; an error wrapping
+	// ErrBindingNotFound when the name is not bound, ErrBadBinding when
+	// the name is not one.
+	Release(ctx context.Context, kind adminv1.BindingKind, name, by string) (*adminv1.Binding, error)
+}
+
+// Errors Bindings.Release wraps; the API answers NOT_FOUND and
+// INVALID_ARGUMENT.
+var (
+	ErrBindingNotFound = errors.New("binding not found")
+	ErrBadBinding      = errors.New("not a node name or disk uuid")
+)
+
 // Service is the VerifierAdmin service. tokens is nil in disk-only mode
 // (token calls answer FAILED_PRECONDITION); policies nil answers
-// CheckPolicy with UNIMPLEMENTED.
-func Service(tokens Tokens, policies PolicyChecker) localapi.Service {
+// CheckPolicy with UNIMPLEMENTED; bindings nil answers the binding calls
+// with UNIMPLEMENTED.
+func Service(tokens Tokens, policies PolicyChecker, bindings Bindings) localapi.Service {
 	return func(s *grpc.Server, log *slog.Logger) {
-		adminv1.RegisterVerifierAdminServer(s, &verifierServer{tokens: tokens, policies: policies, log: log})
+		adminv1.RegisterVerifierAdminServer(s, &verifierServer{tokens: tokens, policies: policies, bindings: bindings, log: log})
 	}
 }
 
@@ -61,6 +80,7 @@ type verifierServer struct {
 	adminv1.UnimplementedVerifierAdminServer
 	tokens   Tokens
 	policies PolicyChecker
+	bindings Bindings
 	log      *slog.Logger
 }
 
@@ -109,4 +129,40 @@ func (v *verifierServer) CheckPolicy(ctx context.Context, req *adminv1.CheckPoli
 		return &adminv1.CheckPolicyResponse{Valid: false, Error: err.Error()}, nil
 	}
 	return &adminv1.CheckPolicyResponse{Valid: true, Digest: digest}, nil
+}
+
+func (v *verifierServer) ListBindings(ctx context.Context, _ *adminv1.ListBindingsRequest) (*adminv1.ListBindingsResponse, error) {
+	if v.bindings == nil {
+		return nil, status.Error(codes.Unimplemented, "this server keeps no bindings")
+	}
+	bs, err := v.bindings.List(ctx)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "list bindings: %v", err)
+	}
+	return &adminv1.ListBindingsResponse{Bindings: bs}, nil
+}
+
+// ReleaseBinding releases one record and writes the audit line: who (the
+// peer's uid and pid) released what, and the identity it held.
+func (v *verifierServer) ReleaseBinding(ctx context.Context, req *adminv1.ReleaseBindingRequest) (*adminv1.ReleaseBindingResponse, error) {
+	if v.bindings == nil {
+		return nil, status.Error(codes.Unimplemented, "this server keeps no bindings")
+	}
+	if k := req.GetKind(); k != adminv1.BindingKind_BINDING_KIND_NODE && k != adminv1.BindingKind_BINDING_KIND_DISK {
+		return nil, status.Error(codes.InvalidArgument, "kind must be node or disk")
+	}
+	c, _ := peercred.FromContext(ctx)
+	by := fmt.Sprintf("admin uid=%d pid=%d", c.UID, c.PID)
+	b, err := v.bindings.Release(ctx, req.GetKind(), req.GetName(), by)
+	switch {
+	case errors.Is(err, ErrBadBinding):
+		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+	case errors.Is(err, ErrBindingNotFound):
+		return nil, status.Errorf(codes.NotFound, "%v", err)
+	case err != nil:
+		return nil, status.Errorf(codes.Unavailable, "release binding: %v", err)
+	}
+	v.log.WarnContext(ctx, "binding released by admin", "kind", kindName(req.GetKind()), "name", req.GetName(),
+		"identity", b.GetIdentity(), "token_id", b.GetTokenId(), "uid", c.UID, "pid", c.PID)
+	return &adminv1.ReleaseBindingResponse{Released: b}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -61,8 +62,12 @@ func (fakeChecker) Check(_ context.Context, policy []byte) (string, error) {
 
 // start serves the verifier's admin service on a fresh socket.
 func start(t *testing.T, tokens Tokens, policies PolicyChecker) *grpc.ClientConn {
+	return startWith(t, tokens, policies, nil)
+}
+
+func startWith(t *testing.T, tokens Tokens, policies PolicyChecker, bindings Bindings) *grpc.ClientConn {
 	t.Helper()
-	return localapitest.Start(t, localapi.Config{Services: []localapi.Service{Service(tokens, policies)}})
+	return localapitest.Start(t, localapi.Config{Services: []localapi.Service{Service(tokens, policies, bindings)}})
 }
 
 func TestTokensRoundTrip(t *testing.T) {
@@ -142,5 +147,65 @@ func TestWriteTokensMarksMalformedExpiry(t *testing.T) {
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("got:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// fakeBindings records the by of each release.
+type fakeBindings struct {
+	mu sync.Mutex
+	by []string
+}
+
+func (f *fakeBindings) List(context.Context) ([]*adminv1.Binding, error) {
+	return []*adminv1.Binding{{Kind: adminv1.BindingKind_BINDING_KIND_NODE, Name: "worker-1", Identity: "tpm-ek:sha256:ab", TokenId: "abcdef", CreatedUnix: 1_790_000_000}}, nil
+}
+
+func (f *fakeBindings) Release(_ context.Context, k adminv1.BindingKind, name, by string) (*adminv1.Binding, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch name {
+	case "worker-1":
+		f.by = append(f.by, by)
+		return &adminv1.Binding{Kind: k, Name: name, Identity: "tpm-ek:sha256:ab"}, nil
+	case "Bad_Name":
+		return nil, fmt.Errorf("%w: node name", ErrBadBinding)
+	}
+	return nil, fmt.Errorf("%w: %s", ErrBindingNotFound, name)
+}
+
+func TestBindingsRoundTrip(t *testing.T) {
+	fb := &fakeBindings{}
+	c := adminv1.NewVerifierAdminClient(startWith(t, nil, nil, fb))
+	ctx := context.Background()
+	list, err := c.ListBindings(ctx, &adminv1.ListBindingsRequest{})
+	if err != nil || len(list.GetBindings()) != 1 {
+		t.Fatalf("ListBindings = %v, %v", list, err)
+	}
+	cases := []struct {
+		kind adminv1.BindingKind
+		name string
+		code codes.Code
+	}{
+		{adminv1.BindingKind_BINDING_KIND_NODE, "worker-1", codes.OK},
+		{adminv1.BindingKind_BINDING_KIND_NODE, "worker-2", codes.NotFound},
+		{adminv1.BindingKind_BINDING_KIND_NODE, "Bad_Name", codes.InvalidArgument},
+		{adminv1.BindingKind_BINDING_KIND_UNSPECIFIED, "worker-1", codes.InvalidArgument},
+	}
+	for _, tc := range cases {
+		_, err := c.ReleaseBinding(ctx, &adminv1.ReleaseBindingRequest{Kind: tc.kind, Name: tc.name})
+		if status.Code(err) != tc.code {
+			t.Errorf("ReleaseBinding(%v, %q): got %v, want %v", tc.kind, tc.name, err, tc.code)
+		}
+	}
+	if len(fb.by) != 1 || !strings.HasPrefix(fb.by[0], fmt.Sprintf("admin uid=%d pid=", os.Getuid())) {
+		t.Fatalf("release by %q, want the caller's uid and pid", fb.by)
+	}
+	var out bytes.Buffer
+	if err := WriteBindings(&out, append(list.GetBindings(), &adminv1.Binding{Kind: adminv1.BindingKind_BINDING_KIND_DISK,
+		Name: "0b7c1d6e-3f2a-4c5b-9d8e-7f6a5b4c3d2e", ReleasedUnix: 1_790_000_000, ReleasedBy: "admin uid=0 pid=7"}), time.Unix(1_790_000_060, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, "node  worker-1") || !strings.Contains(s, "released 1m0s ago by admin uid=0 pid=7") {
+		t.Fatalf("table:\n%s", s)
 	}
 }

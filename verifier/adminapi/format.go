@@ -28,6 +28,36 @@ func WriteTokens(w io.Writer, tokens []*adminv1.Token, now time.Time) error {
 	return tw.Flush()
 }
 
+// WriteBindings prints binding records as a table (`latchkey-verifier
+// bindings list`).
+func WriteBindings(w io.Writer, bs []*adminv1.Binding, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tNAME\tIDENTITY\tTOKEN\tAGE")
+	for _, b := range bs {
+		id := localapi.OrDash(b.GetIdentity())
+		if b.GetReleasedUnix() > 0 {
+			id = "released " + localapi.Ago(now, b.GetReleasedUnix()) + " ago by " + localapi.OrDash(b.GetReleasedBy())
+		}
+		age := "-"
+		if b.GetCreatedUnix() > 0 {
+			age = localapi.Ago(now, b.GetCreatedUnix())
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", kindName(b.GetKind()), b.GetName(), id, localapi.OrDash(b.GetTokenId()), age)
+	}
+	return tw.Flush()
+}
+
+// kindName is "node", "disk" or "-".
+func kindName(k adminv1.BindingKind) string {
+	switch k {
+	case adminv1.BindingKind_BINDING_KIND_NODE:
+		return "node"
+	case adminv1.BindingKind_BINDING_KIND_DISK:
+		return "disk"
+	}
+	return "-"
+}
+
 func expiry(t *adminv1.Token, now time.Time) string {
 	switch {
 	case t.GetExpirationMalformed():

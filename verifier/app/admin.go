@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/adminapi"
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/token"
 )
@@ -81,4 +83,51 @@ func (t tokenAdmin) Revoke(ctx context.Context, id string) error {
 		return err
 	}
 	return t.minter.Revoke(ctx, id)
+}
+
+// bindingAdmin lists and releases binding records for the admin API.
+type bindingAdmin struct{ store binding.Store }
+
+func (b bindingAdmin) List(ctx context.Context) ([]*adminv1.Binding, error) {
+	rs, err := b.store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*adminv1.Binding, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, bindingInfo(r))
+	}
+	return out, nil
+}
+
+func (b bindingAdmin) Release(ctx context.Context, kind adminv1.BindingKind, name, by string) (*adminv1.Binding, error) {
+	k := binding.Disk
+	if kind == adminv1.BindingKind_BINDING_KIND_NODE {
+		k = binding.Node
+	}
+	r, err := b.store.Release(ctx, k, name, by)
+	switch {
+	case errors.Is(err, binding.ErrNotFound):
+		return nil, fmt.Errorf("%w: %v", adminapi.ErrBindingNotFound, err)
+	case errors.Is(err, binding.ErrInvalid):
+		return nil, fmt.Errorf("%w: %v", adminapi.ErrBadBinding, err)
+	case err != nil:
+		return nil, err
+	}
+	return bindingInfo(r), nil
+}
+
+func bindingInfo(r binding.Record) *adminv1.Binding {
+	b := &adminv1.Binding{Kind: adminv1.BindingKind_BINDING_KIND_DISK, Name: r.Name, Identity: r.Identity,
+		TokenId: r.TokenID, ReleasedBy: r.ReleasedBy}
+	if r.Kind == binding.Node {
+		b.Kind = adminv1.BindingKind_BINDING_KIND_NODE
+	}
+	if !r.Created.IsZero() {
+		b.CreatedUnix = r.Created.Unix()
+	}
+	if !r.Released.IsZero() {
+		b.ReleasedUnix = r.Released.Unix()
+	}
+	return b
 }

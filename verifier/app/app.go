@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc"
@@ -20,6 +21,7 @@ import (
 	"github.com/latchkey/latchkey/internal/localapi"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/adminapi"
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/connlimit"
 	"github.com/latchkey/latchkey/verifier/keys"
 	"github.com/latchkey/latchkey/verifier/metrics"
@@ -36,6 +38,9 @@ type Deps struct {
 	Listener net.Listener
 	// Minter replaces the one built from the Kubernetes section (tests).
 	Minter token.Minter
+	// Bindings replaces the binding store (tests); by default Leases when
+	// Kubernetes is configured, else a directory in the state directory.
+	Bindings binding.Store
 	// Ready is called once the listener serves; optional (sd_notify).
 	Ready func()
 }
@@ -56,6 +61,7 @@ type Verifier struct {
 	health *health.Server
 	// Minter is the token step in use (nil in disk-only mode).
 	Minter     token.Minter
+	bindings   binding.Store
 	kube       kubernetes.Interface
 	metrics    *metrics.Metrics
 	policyDeps policy.Deps
@@ -80,7 +86,7 @@ func New(cfg *Config, deps Deps) (*Verifier, error) {
 	for _, step := range []struct {
 		run    func() error
 		config bool // a failure is the operator's to fix: restarting cannot help
-	}{{v.loadKube, false}, {v.loadPolicy, true}, {v.buildServer, false}} {
+	}{{v.loadKube, false}, {v.loadBindings, false}, {v.loadPolicy, true}, {v.buildServer, false}} {
 		if err := step.run(); err != nil {
 			v.keys.Close()
 			if step.config {
@@ -100,6 +106,23 @@ func (v *Verifier) loadKube() error {
 	}
 	var err error
 	v.kube, v.Minter, err = newKubeMinter(v.cfg.Kubernetes, v.deps.Logger)
+	return err
+}
+
+// loadBindings opens the binding store: Leases shared by every replica
+// in Kubernetes mode, a directory of the state directory in disk-only
+// mode (one replica).
+func (v *Verifier) loadBindings() error {
+	var err error
+	switch {
+	case v.deps.Bindings != nil:
+		v.bindings = v.deps.Bindings
+	case v.kube != nil:
+		v.bindings, err = binding.NewLeases(binding.LeaseConfig{Client: v.kube,
+			Namespace: v.cfg.Kubernetes.BindingNamespace, Logger: v.deps.Logger})
+	default:
+		v.bindings, err = binding.NewDir(binding.DirConfig{Dir: filepath.Join(v.cfg.StateDir, "bindings"), Logger: v.deps.Logger})
+	}
 	return err
 }
 
@@ -153,6 +176,7 @@ func (v *Verifier) buildServer() error {
 		return err
 	}
 	svc, err := service.New(service.Config{Policy: v.store, Keys: v.keys, Minter: v.Minter,
+		Bindings: v.bindings, AdoptUnbound: v.cfg.Identity.AdoptUnbound,
 		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics})
 	if err != nil {
 		return err
@@ -206,13 +230,16 @@ func (v *Verifier) Serve(ctx context.Context) error {
 	go v.store.Run(ctx)
 	go v.serveMetrics(ctx)
 	if v.kube != nil {
-		go runApprover(ctx, v.kube, v.cfg.Kubernetes, v.deps.Logger)
+		go runApprover(ctx, v.kube, v.bindings, v.cfg.Kubernetes, v.deps.Logger)
 	}
 	stopAdmin := v.serveAdmin()
 	defer stopAdmin()
 	errc := make(chan error, 1)
 	go func() { errc <- v.grpc.Serve(lis) }()
 	v.deps.Logger.Info("verifier serving", "address", lis.Addr().String(), "disk_only", v.Minter == nil)
+	if v.cfg.Identity.AdoptUnbound {
+		v.deps.Logger.Warn("identity.adoptUnbound is on: a rejoin whose disk or node name has no binding record claims it; turn it off once every node has rejoined")
+	}
 	if v.deps.Ready != nil {
 		v.deps.Ready()
 	}
@@ -287,7 +314,7 @@ func (v *Verifier) serveAdmin() func() {
 		tokens = tokenAdmin{client: v.kube, minter: v.Minter}
 	}
 	srv, err := localapi.NewServer(localapi.Config{Logger: v.deps.Logger,
-		Services: []localapi.Service{adminapi.Service(tokens, policyChecker{v.policyDeps})}})
+		Services: []localapi.Service{adminapi.Service(tokens, policyChecker{v.policyDeps}, bindingAdmin{v.bindings})}})
 	var lis net.Listener
 	if err == nil {
 		lis, err = localapi.Listen(localapi.SocketConfig{Path: v.cfg.AdminSocket, Mode: 0o666})

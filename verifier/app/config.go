@@ -54,6 +54,9 @@ type Config struct {
 	JoinTimeout Duration `json:"joinTimeout,omitempty"`
 	// Limits bound what unauthenticated clients can hold open.
 	Limits Limits `json:"limits,omitempty"`
+	// Identity configures the binding of disk UUIDs and node names to
+	// attested machines.
+	Identity Identity `json:"identity,omitempty"`
 }
 
 // Limits bound the join port. Zero means the default; every default is
@@ -63,6 +66,17 @@ type Limits struct {
 	MaxConnections int `json:"maxConnections,omitempty"`
 	// MaxConnectionsPerSource from one IP address (default 256).
 	MaxConnectionsPerSource int `json:"maxConnectionsPerSource,omitempty"`
+}
+
+// Identity configures identity binding (verifier/binding). Bindings are
+// always enforced; these options only shape the upgrade path.
+type Identity struct {
+	// AdoptUnbound lets a rejoin whose disk UUID or node name has no
+	// binding record (set up before identity binding) claim it for the
+	// machine that attests. Turn it on for an upgrade, let every node
+	// reboot once, and turn it off again. Off (the default) refuses such
+	// a rejoin with IDENTITY_MISMATCH.
+	AdoptUnbound bool `json:"adoptUnbound,omitempty"`
 }
 
 // Kubernetes configures the token step.
@@ -91,12 +105,16 @@ type Kubernetes struct {
 	// ApproveServingCertificates lets the verifier approve kubelet-serving
 	// CSRs of nodes it attested (client CSRs are always checked).
 	ApproveServingCertificates bool `json:"approveServingCertificates,omitempty"`
+	// BindingNamespace holds the binding Leases (default latchkey-system,
+	// created by verifier/deploy).
+	BindingNamespace string `json:"bindingNamespace,omitempty"`
 }
 
 // Duration is a time.Duration written as "30s" in YAML.
 type Duration = duration.Duration
 
-// LoadConfig reads a config file strictly.
+// LoadConfig reads a config file strictly: unknown keys, duplicate keys
+// and keys that match a field only case-insensitively are errors.
 func LoadConfig(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {

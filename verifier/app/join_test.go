@@ -45,6 +45,7 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/app"
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
@@ -54,6 +55,10 @@ const diskA = "0b7c1d6e-3f2a-4c5b-9d8e-7f6a5b4c3d2e"
 var testPCRs = []int{0, 7, 14}
 
 type rig struct {
+	// bindings replaces the binding store the config would open.
+	bindings binding.Store
+	// stop stops the verifier startAssembled started (also at cleanup).
+	stop   func()
 	sim    *tpmtest.Simulator
 	addr   string
 	pin    atls.Pin
@@ -121,21 +126,27 @@ func writeYAML(t testing.TB, path string, v any) {
 func startRig(t testing.TB, sim *tpmtest.Simulator, cfg *app.Config) *rig {
 	t.Helper()
 	r := &rig{sim: sim, client: signingClientset(t), logs: &lockedBuffer{}}
+	startAssembled(t, r, cfg, fakeSignedMinter(t, r))
+	return r
+}
+
+// fakeSignedMinter is the client-go token step on r's fake clientset.
+func fakeSignedMinter(t testing.TB, r *rig) token.Minter {
+	t.Helper()
 	minter, err := token.NewKube(token.KubeConfig{Client: r.client, Endpoints: []string{"10.96.0.1:6443"},
 		CACertHashes: []string{testClusterCA.pin}, SignatureWait: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(r.logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	startAssembled(t, r, cfg, minter)
-	return r
+	return minter
 }
 
 // startAssembled serves cfg as `serve` assembles it on a loopback port; a
 // non-nil minter replaces the one cfg's Kubernetes section would build.
 func startAssembled(t testing.TB, r *rig, cfg *app.Config, minter token.Minter) {
 	t.Helper()
-	deps := app.Deps{Logger: slog.New(slog.NewTextHandler(r.logs, nil)), Minter: minter}
+	deps := app.Deps{Logger: slog.New(slog.NewTextHandler(r.logs, nil)), Minter: minter, Bindings: r.bindings}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +159,9 @@ func startAssembled(t testing.TB, r *rig, cfg *app.Config, minter token.Minter) 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- v.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	var once sync.Once
+	r.stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(r.stop)
 	cert, err := app.ServingCertificate(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
@@ -33,14 +34,29 @@ func newKubeMinter(k *Kubernetes, log *slog.Logger) (kubernetes.Interface, token
 // runApprover approves kubelet CSRs only for the node names the verifier
 // attested (kubeadm's blanket auto-approval is off for latchkey's tokens).
 // It runs until ctx ends; its failure is logged, joins go on.
-func runApprover(ctx context.Context, client kubernetes.Interface, k *Kubernetes, log *slog.Logger) {
-	a, err := token.NewApprover(token.ApproverConfig{Client: client, Logger: log, ServingCertificates: k.ApproveServingCertificates})
+func runApprover(ctx context.Context, client kubernetes.Interface, b binding.Store, k *Kubernetes, log *slog.Logger) {
+	a, err := token.NewApprover(token.ApproverConfig{Client: client, Tokens: NodeTokens{b}, Logger: log,
+		ServingCertificates: k.ApproveServingCertificates})
 	if err == nil {
 		err = a.Run(ctx)
 	}
 	if err != nil && ctx.Err() == nil {
 		log.Error("csr approver stopped; new nodes cannot get kubelet certificates", "error", err.Error())
 	}
+}
+
+// NodeTokens gives the CSR approver the token ID a node's binding record
+// holds: "" when the node has no record (or a released one), so its CSR
+// is denied.
+type NodeTokens struct{ Store binding.Store }
+
+// NodeTokenID implements token.NodeTokens.
+func (n NodeTokens) NodeTokenID(ctx context.Context, node string) (string, error) {
+	r, err := n.Store.Get(ctx, binding.Node, node)
+	if errors.Is(err, binding.ErrNotFound) || errors.Is(err, binding.ErrInvalid) {
+		return "", nil
+	}
+	return r.TokenID, err
 }
 
 // kubeClient reads the kubeconfig at path, or the systemd credential.

@@ -1,7 +1,8 @@
 // Package deploy ships the RBAC latchkey needs in a kubeadm cluster: the
 // verifier's own narrow credential (verifier-rbac.yaml) and what latchkey
 // bootstrap tokens may do (bootstrap-rbac.yaml: kubeadm join's needs
-// without kubeadm's CSR auto-approval). The manifests are the source of
+// without kubeadm's CSR auto-approval), and the latchkey-system namespace
+// holding the binding Leases. The manifests are the source of
 // truth; Apply installs them with client-go, so no kubectl is needed.
 package deploy
 
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"io"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,6 +81,11 @@ func apply(ctx context.Context, c kubernetes.Interface, o runtime.Object) error 
 	rbac := c.RbacV1()
 	var err error
 	switch v := o.(type) {
+	case *corev1.Namespace:
+		_, err = c.CoreV1().Namespaces().Create(ctx, v, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
 	case *rbacv1.ClusterRole:
 		err = upsert(ctx, v, rbac.ClusterRoles().Create, rbac.ClusterRoles().Update)
 	case *rbacv1.ClusterRoleBinding:

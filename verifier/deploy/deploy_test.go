@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -87,5 +88,48 @@ func TestGroupsMatchTheMinter(t *testing.T) {
 	}
 	if len(groups) != 2 || !groups[token.Group] || !groups[token.ControlPlaneGroup] {
 		t.Fatalf("groups %v", groups)
+	}
+}
+
+// Binding Leases: the verifier may read and write Leases in its own
+// namespace only, never delete them, and the namespace is shipped.
+func TestVerifierLeasesOnlyInItsNamespace(t *testing.T) {
+	objs, err := Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ns, rule bool
+	for _, o := range objs {
+		switch v := o.(type) {
+		case *corev1.Namespace:
+			ns = ns || v.Name == "latchkey-system"
+		case *rbacv1.Role:
+			for _, r := range v.Rules {
+				if !slices.Contains(r.Resources, "leases") {
+					continue
+				}
+				if v.Namespace != "latchkey-system" || !slices.Equal(r.Verbs, []string{"get", "list", "create", "update"}) ||
+					!slices.Equal(r.APIGroups, []string{"coordination.k8s.io"}) {
+					t.Fatalf("role %s/%s grants %v on leases", v.Namespace, v.Name, r.Verbs)
+				}
+				rule = true
+			}
+		case *rbacv1.ClusterRole:
+			for _, r := range v.Rules {
+				if slices.Contains(r.Resources, "leases") {
+					t.Fatalf("cluster role %s grants leases cluster-wide", v.Name)
+				}
+			}
+		}
+	}
+	if !ns || !rule {
+		t.Fatalf("namespace shipped %v, lease rule %v", ns, rule)
+	}
+	c := fake.NewClientset()
+	if err := Apply(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Namespaces().Get(context.Background(), "latchkey-system", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

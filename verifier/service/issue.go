@@ -7,6 +7,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/metrics"
 	"github.com/latchkey/latchkey/verifier/token"
 )
@@ -40,17 +41,50 @@ func (s *Service) mint(ctx context.Context, hello *latchkeyv1.Hello, out *outcom
 	if s.cfg.Minter == nil || (hello.GetRejoin() && !hello.GetRequestToken()) {
 		return nil, nil
 	}
+	// The approver signs a client certificate only for a CSR made with
+	// the token the node's binding records, so the ID is recorded before
+	// anyone holds the token: during the mint (overlapping the signature
+	// wait) when the minter supports it, else right after. A token that
+	// cannot be recorded is taken back.
+	var recorded bool
+	var recErr error
+	record := func(ctx context.Context, id string) error {
+		recorded = true
+		recErr = s.cfg.Bindings.SetToken(ctx, hello.GetNodeName(), out.verified.MachineID, id)
+		return recErr
+	}
 	g, err := s.cfg.Minter.Mint(ctx, token.Request{
 		NodeName:       hello.GetNodeName(),
 		Role:           hello.GetRole(),
 		EvidenceDigest: out.digest,
+		Record:         record,
 	})
 	if err != nil {
+		if recErr != nil {
+			return nil, s.recordRefusal(hello, recErr, out)
+		}
 		return nil, attest.Refuse(mintReason(err), "mint bootstrap token: %w", err)
 	}
 	out.tokenID = g.ID
 	s.cfg.Metrics.TokenMinted()
+	if !recorded {
+		if err := record(ctx, g.ID); err != nil {
+			s.revoke(ctx, g.ID, err)
+			return nil, s.recordRefusal(hello, err, out)
+		}
+	}
 	return g, nil
+}
+
+// recordRefusal is the refusal of a join whose token ID could not be
+// written to the node's binding.
+func (s *Service) recordRefusal(hello *latchkeyv1.Hello, err error, out *outcome) error {
+	var mm *binding.MismatchError
+	if errors.As(err, &mm) {
+		out.boundIdentity = mm.Bound
+		return attest.Refuse(latchkeyv1.Reason_IDENTITY_MISMATCH, "node %s was rebound while its token was minted", hello.GetNodeName())
+	}
+	return attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "record token on node binding: %w", err)
 }
 
 func buildTicket(key []byte, g *token.Grant) *latchkeyv1.Ticket {

@@ -1,6 +1,8 @@
 // Package service is the verifier's JoinService: it reads a Hello, checks
-// the evidence against the policy in force, derives the disk key, mints a
-// bootstrap token when the node needs one, and hands the ticket over.
+// the evidence against the policy in force, checks that the disk UUID and
+// node name belong to the attested machine (verifier/binding), derives
+// the disk key, mints a bootstrap token when the node needs one, records
+// the token on the node's binding, and hands the ticket over.
 //
 // Every join ends in exactly one audit line (node, variant, evidence digest,
 // result, reason) and, when refused, a gRPC status carrying a
@@ -19,6 +21,7 @@ import (
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/keys"
 	"github.com/latchkey/latchkey/verifier/metrics"
 	"github.com/latchkey/latchkey/verifier/policy"
@@ -44,7 +47,14 @@ type Config struct {
 	Keys   *keys.Deriver
 	// Minter mints bootstrap tokens; nil is disk-only mode.
 	Minter token.Minter
-	Logger *slog.Logger
+	// Bindings records which machine identity owns each disk UUID and
+	// (with a Minter) node name; required.
+	Bindings binding.Store
+	// AdoptUnbound lets a rejoin whose disk UUID or node name has no
+	// binding record claim it (the upgrade from a verifier without
+	// identity binding). Off, such a rejoin is refused.
+	AdoptUnbound bool
+	Logger       *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// JoinTimeout bounds a whole join, challenges included (default 60s).
@@ -71,6 +81,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Keys == nil {
 		return nil, errors.New("service: no key deriver")
+	}
+	if cfg.Bindings == nil {
+		return nil, errors.New("service: no binding store")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -99,6 +112,10 @@ type outcome struct {
 	result     string
 	validation time.Duration
 	tokenID    string
+	// boundIdentity is the identity on record when a binding refused.
+	boundIdentity string
+	// adopted names the kinds of record this rejoin adopted.
+	adopted []string
 }
 
 // Join runs one join attempt on the stream.
@@ -131,6 +148,9 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 	}
 	out.verified = v
 	if err := checkRole(snap, hello); err != nil {
+		return err
+	}
+	if err := s.bind(ctx, hello, v, out); err != nil {
 		return err
 	}
 	return s.issue(ctx, stream, hello, out)

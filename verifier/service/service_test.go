@@ -22,6 +22,7 @@ import (
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/attesttest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/keys"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/service"
@@ -82,6 +83,8 @@ type envOpt struct {
 	controlPlane bool
 	minter       *fakeMinter
 	ackTimeout   time.Duration
+	// store wraps the binding store the verifier uses.
+	store func(binding.Store) binding.Store
 }
 
 func startVerifier(t *testing.T, o envOpt) *env {
@@ -97,7 +100,15 @@ func startVerifier(t *testing.T, o envOpt) *env {
 		ControlPlane: map[latchkeyv1.Variant]bool{latchkeyv1.Variant_VARIANT_TPM: o.controlPlane},
 	}
 	logs := &bytes.Buffer{}
-	cfg := service.Config{Policy: policy.NewStatic(snap), Keys: d,
+	var store binding.Store
+	store, err = binding.NewDir(binding.DirConfig{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.store != nil {
+		store = o.store(store)
+	}
+	cfg := service.Config{Policy: policy.NewStatic(snap), Keys: d, Bindings: store,
 		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: logs}, nil)), AckTimeout: o.ackTimeout}
 	if o.minter != nil {
 		cfg.Minter = o.minter
@@ -437,5 +448,68 @@ func TestUnacknowledgedTicketRevokesToken(t *testing.T) {
 	}
 	if m.liveCount() != 0 || len(m.revoked) != 1 || !strings.Contains(e.logs.String(), "result=handover_failed") {
 		t.Fatalf("live %d revoked %v; log:\n%s", m.liveCount(), m.revoked, e.logs)
+	}
+}
+
+// brokenStore fails the operations named.
+type brokenStore struct {
+	binding.Store
+	get, setToken bool
+}
+
+var errStoreDown = errors.New("apiserver down")
+
+func (b *brokenStore) Get(ctx context.Context, k binding.Kind, n string) (binding.Record, error) {
+	if b.get {
+		return binding.Record{}, errStoreDown
+	}
+	return b.Store.Get(ctx, k, n)
+}
+
+func (b *brokenStore) SetToken(ctx context.Context, node, id, tok string) error {
+	if b.setToken {
+		return errStoreDown
+	}
+	return b.Store.SetToken(ctx, node, id, tok)
+}
+
+// An unreadable binding store is transient: nothing is derived or minted.
+func TestBindingStoreDownIsTransient(t *testing.T) {
+	m := &fakeMinter{}
+	e := startVerifier(t, envOpt{minter: m, store: func(s binding.Store) binding.Store { return &brokenStore{Store: s, get: true} }})
+	_, err := clientOnce(t, e, &attesttest.Issuer{}).Get(context.Background(), worker(diskA))
+	if got := refusal(t, err); got != latchkeyv1.Reason_UNAVAILABLE || !strings.Contains(err.Error(), "disk binding record") {
+		t.Fatalf("err = %v, want UNAVAILABLE naming the binding record", err)
+	}
+	if m.minted != 0 {
+		t.Fatal("a token was minted without a binding check")
+	}
+}
+
+// A token whose ID cannot be written to the node's binding is revoked:
+// the approver would never sign its CSR, and nobody else can name it.
+func TestTokenNotRecordedIsRevoked(t *testing.T) {
+	m := &fakeMinter{}
+	e := startVerifier(t, envOpt{minter: m, store: func(s binding.Store) binding.Store { return &brokenStore{Store: s, setToken: true} }})
+	_, err := clientOnce(t, e, &attesttest.Issuer{}).Get(context.Background(), worker(diskA))
+	if got := refusal(t, err); got != latchkeyv1.Reason_UNAVAILABLE || !strings.Contains(err.Error(), "record token on node binding") {
+		t.Fatalf("err = %v, want UNAVAILABLE", err)
+	}
+	if m.minted != 1 || len(m.revoked) != 1 || m.liveCount() != 0 {
+		t.Fatalf("minted %d revoked %v live %d", m.minted, m.revoked, m.liveCount())
+	}
+}
+
+// In disk-only mode only the disk is bound: the node name is free text
+// there (no token, no kubelet identity).
+func TestDiskOnlyBindsDiskOnly(t *testing.T) {
+	var inner binding.Store
+	e := startVerifier(t, envOpt{store: func(s binding.Store) binding.Store { inner = s; return s }})
+	if _, err := clientOnce(t, e, &attesttest.Issuer{}).Get(context.Background(), worker(diskA)); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := inner.List(context.Background())
+	if err != nil || len(rs) != 1 || rs[0].Kind != binding.Disk || rs[0].Identity != "fake:machine" {
+		t.Fatalf("records %+v %v", rs, err)
 	}
 }

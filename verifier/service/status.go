@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -87,7 +88,13 @@ func (s *Service) audit(ctx context.Context, snap *policy.Snapshot, out *outcome
 		"validation_ms", float64(out.validation.Microseconds()) / 1000,
 	}
 	if out.verified != nil {
-		attrs = append(attrs, "identity", out.verified.Identity)
+		attrs = append(attrs, "identity", out.verified.MachineID)
+	}
+	if out.boundIdentity != "" {
+		attrs = append(attrs, "bound_identity", out.boundIdentity)
+	}
+	if len(out.adopted) > 0 {
+		attrs = append(attrs, "adopted", strings.Join(out.adopted, ","))
 	}
 	if out.tokenID != "" {
 		attrs = append(attrs, "token_id", out.tokenID)

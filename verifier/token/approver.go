@@ -32,9 +32,20 @@ const (
 	maxCSRBytes    = 64 << 10
 )
 
+// NodeTokens tells the approver which bootstrap token the node's binding
+// record names (verifier/binding's node record: the last token minted for
+// the machine the name is bound to).
+type NodeTokens interface {
+	// NodeTokenID returns the token ID recorded for node, "" when none;
+	// an error when the record cannot be read (the CSR is then retried).
+	NodeTokenID(ctx context.Context, node string) (string, error)
+}
+
 // ApproverConfig configures the CSR approver.
 type ApproverConfig struct {
 	Client kubernetes.Interface
+	// Tokens names the token bound to each node name (required).
+	Tokens NodeTokens
 	Logger *slog.Logger
 	// ServingCertificates also approves kubelet-serving CSRs (which
 	// upstream never approves) of nodes that authenticate as the node the
@@ -47,13 +58,18 @@ type ApproverConfig struct {
 
 // Approver approves the kubelet client CSR of a node joining with a
 // latchkey token only when it asks for exactly the node name that was
-// attested for that token, and denies, with an event saying why, any
-// other client CSR made with a latchkey token. CSRs made by anyone else
-// are left alone.
+// attested for that token, and that name's binding record names that
+// very token; it denies, with an event saying why, any other client CSR
+// made with a latchkey token. CSRs made by anyone else are left alone.
 //
-// The attested name reaches the approver without state: the token's
+// The attested name reaches the approver in the CSR itself: the token's
 // per-node extra group (NodeGroup) is copied by the API server into the
-// CSR's spec.groups, which the requester cannot forge.
+// CSR's spec.groups, which the requester cannot forge. The binding check
+// adds that the name is bound to the machine the token was minted for:
+// the requester is system:bootstrap:<token ID>, and that ID must be the
+// one the node's binding record holds, so even a token carrying another
+// node's group (leaked, or minted before the name was rebound) cannot get
+// system:node:<that name>.
 type Approver struct {
 	cfg ApproverConfig
 	log *slog.Logger
@@ -75,6 +91,9 @@ func (v Verdict) String() string { return [...]string{"ignore", "approve", "deny
 func NewApprover(cfg ApproverConfig) (*Approver, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("approver: no Kubernetes client")
+	}
+	if cfg.Tokens == nil {
+		return nil, errors.New("approver: no node binding records")
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = 30 * time.Second
@@ -130,7 +149,7 @@ func (a *Approver) Decide(ctx context.Context, csr *certv1.CertificateSigningReq
 	}
 	switch csr.Spec.SignerName {
 	case certv1.KubeAPIServerClientKubeletSignerName:
-		return decideClient(csr)
+		return a.decideClient(ctx, csr)
 	case certv1.KubeletServingSignerName:
 		if a.cfg.ServingCertificates {
 			return a.decideServing(ctx, csr)
@@ -149,7 +168,7 @@ func decided(csr *certv1.CertificateSigningRequest) bool {
 }
 
 // decideClient rules on a kubelet client CSR.
-func decideClient(csr *certv1.CertificateSigningRequest) (Verdict, string) {
+func (a *Approver) decideClient(ctx context.Context, csr *certv1.CertificateSigningRequest) (Verdict, string) {
 	if !strings.HasPrefix(csr.Spec.Username, bootstrapapi.BootstrapUserPrefix) || !slices.Contains(csr.Spec.Groups, Group) {
 		return Ignore, "not made with a latchkey token"
 	}
@@ -173,7 +192,18 @@ func decideClient(csr *certv1.CertificateSigningRequest) (Verdict, string) {
 	if !usagesOK(csr.Spec.Usages, certv1.UsageClientAuth) {
 		return Deny, fmt.Sprintf("usages %v are not a kubelet client's", csr.Spec.Usages)
 	}
-	return Approve, fmt.Sprintf("node %q was attested for token %s", node, strings.TrimPrefix(csr.Spec.Username, bootstrapapi.BootstrapUserPrefix))
+	id := strings.TrimPrefix(csr.Spec.Username, bootstrapapi.BootstrapUserPrefix)
+	bound, err := a.cfg.Tokens.NodeTokenID(ctx, node)
+	if err != nil {
+		return Ignore, fmt.Sprintf("binding record of node %q not readable yet: %v", node, err)
+	}
+	if bound == "" {
+		return Deny, fmt.Sprintf("node %q has no binding record naming a token", node)
+	}
+	if bound != id {
+		return Deny, fmt.Sprintf("node %q is bound to a machine that was given another token than %s", node, id)
+	}
+	return Approve, fmt.Sprintf("node %q was attested for token %s, the token its binding records", node, id)
 }
 
 // decideServing rules on a kubelet serving CSR: the requester must be

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"log/slog"
 	"net"
 	"strings"
@@ -58,11 +59,23 @@ func newTestApprover(t *testing.T, serving bool, objs ...*certv1.CertificateSign
 			t.Fatal(err)
 		}
 	}
-	a, err := NewApprover(ApproverConfig{Client: c, ServingCertificates: serving, Logger: slog.New(slog.DiscardHandler)})
+	a, err := NewApprover(ApproverConfig{Client: c, Tokens: staticTokens{"node-a": "abcdef", "node-b": "zzzzzz"}, ServingCertificates: serving, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return a, c
+}
+
+// staticTokens is the binding records' node -> token ID, for unit tests
+// of the approver's logic (the real store is tested in verifier/binding
+// and against the real control plane).
+type staticTokens map[string]string
+
+func (s staticTokens) NodeTokenID(_ context.Context, node string) (string, error) {
+	if node == "unreadable" {
+		return "", errors.New("apiserver down")
+	}
+	return s[node], nil
 }
 
 func condition(t *testing.T, c *fake.Clientset, name string) *certv1.CertificateSigningRequestCondition {
@@ -133,6 +146,21 @@ func TestApproverClientCSRRules(t *testing.T) {
 		"decided": {func(c *certv1.CertificateSigningRequest) {
 			c.Status.Conditions = []certv1.CertificateSigningRequestCondition{{Type: certv1.CertificateDenied}}
 		}, Ignore, "already decided"},
+		"token not the bound one": {func(c *certv1.CertificateSigningRequest) {
+			c.Spec.Username = "system:bootstrap:qqqqqq"
+		}, Deny, `node "node-a" is bound to a machine that was given another token than qqqqqq`},
+		"name bound to another token, group forged for it": {func(c *certv1.CertificateSigningRequest) {
+			c.Spec.Request = csrPEM(t, "system:node:node-b", []string{"system:nodes"}, nil, nil)
+			c.Spec.Groups = []string{"system:bootstrappers", Group, NodeGroup("node-b")}
+		}, Deny, `node "node-b" is bound to a machine that was given another token than abcdef`},
+		"no binding record": {func(c *certv1.CertificateSigningRequest) {
+			c.Spec.Request = csrPEM(t, "system:node:node-c", []string{"system:nodes"}, nil, nil)
+			c.Spec.Groups = []string{"system:bootstrappers", Group, NodeGroup("node-c")}
+		}, Deny, `node "node-c" has no binding record naming a token`},
+		"record unreadable": {func(c *certv1.CertificateSigningRequest) {
+			c.Spec.Request = csrPEM(t, "system:node:unreadable", []string{"system:nodes"}, nil, nil)
+			c.Spec.Groups = []string{"system:bootstrappers", Group, NodeGroup("unreadable")}
+		}, Ignore, "not readable yet: apiserver down"},
 		"key encipherment ok": {func(c *certv1.CertificateSigningRequest) {
 			c.Spec.Usages = append(c.Spec.Usages, certv1.UsageKeyEncipherment)
 		}, Approve, "was attested"},

@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"k8s.io/kubernetes/cmd/kubeadm/app/util/pubkeypin"
 	"log/slog"
@@ -32,6 +33,7 @@ import (
 	"k8s.io/kubernetes/cmd/kubeadm/app/phases/copycerts"
 
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/deploy"
 )
 
@@ -354,12 +356,19 @@ func waitCSR(t *testing.T, c kubernetes.Interface, name string) *certv1.Certific
 
 // The kubelet identity is bound to the attestation: the approver approves
 // the attested node's client CSR (the real controller-manager signs it)
-// and denies the same token's CSR for another node name.
+// when its binding Lease records the token, and denies the same token's
+// CSR for another node name, and a CSR for the node made with a token
+// that carries the node's group but is not the one its Lease records.
 func TestK8sCSRIdentityBinding(t *testing.T) {
 	env := loadK8sEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	a, err := NewApprover(ApproverConfig{Client: env.verifier(t), Logger: slog.New(slog.DiscardHandler), Resync: time.Second})
+	leases, err := binding.NewLeases(binding.LeaseConfig{Client: env.verifier(t), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewApprover(ApproverConfig{Client: env.verifier(t), Tokens: leaseTokens{leases},
+		Logger: slog.New(slog.DiscardHandler), Resync: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,9 +379,28 @@ func TestK8sCSRIdentityBinding(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Revoke(context.Background(), g.ID)
+	const machine = "tpm-ek:sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	if _, err := leases.Claim(ctx, binding.Node, "attested-node", machine); err != nil {
+		t.Fatal(err)
+	}
+	if err := leases.SetToken(ctx, "attested-node", machine, g.ID); err != nil {
+		t.Fatal(err)
+	}
 	tc := env.tokenClient(t, g.Token)
 	admin := env.admin(t)
 
+	// A second token for the same name (its per-node group is right) that
+	// the Lease does not record: a leaked group is not enough.
+	other, err := k.Mint(ctx, workerReq("attested-node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Revoke(context.Background(), other.ID)
+	stray := waitCSR(t, admin, kubeletCSR(t, env.tokenClient(t, other.Token), "attested-node").Name)
+	if !deniedBy(stray, ReasonDenied) || len(stray.Status.Certificate) > 0 ||
+		!strings.Contains(conditionMessage(stray), "was given another token than "+other.ID) {
+		t.Fatalf("CSR with an unrecorded token: %+v", stray.Status)
+	}
 	evil := waitCSR(t, admin, kubeletCSR(t, tc, "someone-else").Name)
 	if !deniedBy(evil, ReasonDenied) {
 		t.Fatalf("CSR for another node: %+v", evil.Status)
@@ -395,6 +423,25 @@ func TestK8sCSRIdentityBinding(t *testing.T) {
 	}) {
 		t.Fatal("no event says why the CSR was denied")
 	}
+}
+
+func conditionMessage(csr *certv1.CertificateSigningRequest) string {
+	var b strings.Builder
+	for _, c := range csr.Status.Conditions {
+		b.WriteString(c.Message)
+	}
+	return b.String()
+}
+
+// leaseTokens reads the token a node's binding Lease records.
+type leaseTokens struct{ s *binding.Leases }
+
+func (l leaseTokens) NodeTokenID(ctx context.Context, node string) (string, error) {
+	r, err := l.s.Get(ctx, binding.Node, node)
+	if errors.Is(err, binding.ErrNotFound) {
+		return "", nil
+	}
+	return r.TokenID, err
 }
 
 func approvedBy(csr *certv1.CertificateSigningRequest, reason string) bool {

@@ -139,7 +139,17 @@ func (k *Kube) Mint(ctx context.Context, req Request) (*Grant, error) {
 		return nil, err
 	}
 	id := string(created.Data[bootstrapapi.BootstrapTokenIDKey])
+	var recorded chan error
+	if req.Record != nil {
+		recorded = make(chan error, 1)
+		go func() { recorded <- req.Record(ctx, id) }()
+	}
 	g, err := k.complete(ctx, created, id, secret, cp)
+	if recorded != nil {
+		if rerr := <-recorded; rerr != nil && err == nil {
+			err = fmt.Errorf("record token: %w", rerr)
+		}
+	}
 	if err != nil {
 		k.rollback(id, err)
 		return nil, err

@@ -426,3 +426,26 @@ func TestRevoke(t *testing.T) {
 		t.Fatalf("bad id: %v", err)
 	}
 }
+
+// Record sees the token's ID while the mint waits for the signature; a
+// failed Record fails the mint and leaves no token behind.
+func TestMintRecordsTokenID(t *testing.T) {
+	fc := newFakeCluster(t, "https://cp.example:6443", 1, signOnWatch)
+	var seen string
+	req := workerReq("n1")
+	req.Record = func(_ context.Context, id string) error { seen = id; return nil }
+	g, err := newTestKube(t, fc, nil).Mint(context.Background(), req)
+	if err != nil || seen == "" || seen != g.ID {
+		t.Fatalf("recorded %q, grant %+v, err %v", seen, g, err)
+	}
+
+	fc = newFakeCluster(t, "https://cp.example:6443", 1, signOnWatch)
+	req.Record = func(context.Context, string) error { return errors.New("lease update conflict") }
+	g, err = newTestKube(t, fc, nil).Mint(context.Background(), req)
+	if err == nil || g != nil || !strings.Contains(err.Error(), "record token: lease update conflict") {
+		t.Fatalf("grant %v err %v, want the record failure", g, err)
+	}
+	if n := len(fc.secrets(t)); n != 0 {
+		t.Fatalf("%d secrets left behind after a failed record", n)
+	}
+}

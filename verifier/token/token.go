@@ -19,6 +19,13 @@ type Request struct {
 	Role     latchkeyv1.Role
 	// EvidenceDigest is "sha256:<hex>" of the evidence that was accepted.
 	EvidenceDigest string
+	// Record, when set, is called once with the token's ID as soon as the
+	// ID is fixed (its Secret written), concurrently with the rest of the
+	// mint (the signature wait); the verifier writes the ID to the node's
+	// binding there. An error fails the mint, which then deletes the
+	// token. Mint returns only after Record has returned. A Minter may
+	// also never call it; the caller then records the ID itself.
+	Record func(ctx context.Context, id string) error
 }
 
 // Grant is a minted token together with what a joining node needs with it.

@@ -179,6 +179,10 @@ const (
 	Reason_INTERNAL Reason = 16
 	// The verifier cannot serve now (shutting down, Kubernetes unreachable).
 	Reason_UNAVAILABLE Reason = 17
+	// The disk UUID or node name is bound to another attested machine, has
+	// no binding record and the verifier does not adopt unbound ones, or the
+	// evidence names no stable machine identity.
+	Reason_IDENTITY_MISMATCH Reason = 18
 	// An event log does not replay to the quoted PCR values, or touches a PCR
 	// the quote does not cover.
 	Reason_EVENT_LOG_MISMATCH Reason = 19
@@ -215,6 +219,7 @@ var (
 		15: "ROLE_NOT_ALLOWED",
 		16: "INTERNAL",
 		17: "UNAVAILABLE",
+		18: "IDENTITY_MISMATCH",
 		19: "EVENT_LOG_MISMATCH",
 		20: "COMPONENT_NOT_ALLOWED",
 		21: "CMDLINE_NOT_ALLOWED",
@@ -240,6 +245,7 @@ var (
 		"ROLE_NOT_ALLOWED":        15,
 		"INTERNAL":                16,
 		"UNAVAILABLE":             17,
+		"IDENTITY_MISMATCH":       18,
 		"EVENT_LOG_MISMATCH":      19,
 		"COMPONENT_NOT_ALLOWED":   20,
 		"CMDLINE_NOT_ALLOWED":     21,
@@ -1192,7 +1198,7 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\aVariant\x12\x17\n" +
 	"\x13VARIANT_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vVARIANT_TPM\x10\x01\x12\x0f\n" +
-	"\vVARIANT_SNP\x10\x02*\xf9\x03\n" +
+	"\vVARIANT_SNP\x10\x02*\x90\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMALFORMED\x10\x01\x12\x13\n" +
@@ -1212,7 +1218,8 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\x12COLLATERAL_MISSING\x10\x0e\x12\x14\n" +
 	"\x10ROLE_NOT_ALLOWED\x10\x0f\x12\f\n" +
 	"\bINTERNAL\x10\x10\x12\x0f\n" +
-	"\vUNAVAILABLE\x10\x11\x12\x16\n" +
+	"\vUNAVAILABLE\x10\x11\x12\x15\n" +
+	"\x11IDENTITY_MISMATCH\x10\x12\x12\x16\n" +
 	"\x12EVENT_LOG_MISMATCH\x10\x13\x12\x19\n" +
 	"\x15COMPONENT_NOT_ALLOWED\x10\x14\x12\x17\n" +
 	"\x13CMDLINE_NOT_ALLOWED\x10\x15\x12\x18\n" +

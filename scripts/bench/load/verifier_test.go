@@ -70,7 +70,7 @@ func serveVerifier(configPath string, control io.Reader, out *lineWriter, log *s
 	}
 	minter := &memMinter{}
 	ready := make(chan struct{})
-	v, err := app.New(cfg, app.Deps{Logger: log, Listener: lis, Minter: minter, Ready: func() { close(ready) }})
+	v, err := app.New(cfg, app.Deps{Logger: log, Listener: lis, Minter: minter, Bindings: &memBindings{}, Ready: func() { close(ready) }})
 	if err != nil {
 		lis.Close()
 		return err

@@ -6,6 +6,8 @@
 //	latchkey-verifier policy check FILE          validate a policy file
 //	latchkey-verifier policy predict --uki FILE  print a UKI's reference values
 //	latchkey-verifier tokens list|revoke ID      tokens minted (admin API)
+//	latchkey-verifier bindings list | release --node NAME | --disk UUID
+//	                                             identity bindings (admin API)
 //	latchkey-verifier collateral fetch ...       fill the SNP collateral cache from AMD KDS
 //	latchkey-verifier secret init FILE | id      create a master secret, print its key ID
 //	latchkey-verifier recover-key --disk-uuid U --out FILE   break-glass: one disk's key, offline
@@ -79,6 +81,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return policyCmd(args[1:], stdout, stderr)
 	case "tokens":
 		return tokensCmd(args[1:], stdout, stderr)
+	case "bindings":
+		return bindingsCmd(args[1:], stdout, stderr)
 	case "collateral":
 		return collateralCmd(args[1:], stdout, stderr)
 	case "secret":
@@ -340,12 +344,68 @@ func tokensCmd(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-func report(stderr io.Writer, err error) int {
+func report(stderr io.Writer, err error) int { return reportAs(stderr, "tokens", err) }
+
+func reportAs(stderr io.Writer, cmd string, err error) int {
 	if err != nil {
-		fmt.Fprintln(stderr, "latchkey-verifier tokens:", err)
+		fmt.Fprintf(stderr, "latchkey-verifier %s: %v\n", cmd, err)
 		return 1
 	}
 	return 0
+}
+
+const bindingsUsage = "usage: latchkey-verifier bindings list | release --node NAME | release --disk UUID"
+
+// bindingsCmd lists and releases identity bindings over the admin API;
+// the verifier audits a release with the caller's uid.
+func bindingsCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("latchkey-verifier bindings", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	socket := fs.String("socket", localapi.VerifierSocket, "the verifier's admin socket")
+	node := fs.String("node", "", "release the binding of this node name")
+	disk := fs.String("disk", "", "release the binding of this disk UUID")
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, bindingsUsage)
+		return 2
+	}
+	sub := args[0]
+	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
+		fmt.Fprintln(stderr, bindingsUsage)
+		return 2
+	}
+	req := &adminv1.ReleaseBindingRequest{}
+	switch {
+	case sub == "list" && *node == "" && *disk == "":
+	case sub == "release" && (*node == "") != (*disk == ""):
+		req.Kind, req.Name = adminv1.BindingKind_BINDING_KIND_NODE, *node
+		if *disk != "" {
+			req.Kind, req.Name = adminv1.BindingKind_BINDING_KIND_DISK, *disk
+		}
+	default:
+		fmt.Fprintln(stderr, bindingsUsage)
+		return 2
+	}
+	conn, err := localapi.Dial(*socket)
+	if err != nil {
+		return reportAs(stderr, "bindings", err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := adminv1.NewVerifierAdminClient(conn)
+	if sub == "list" {
+		resp, err := c.ListBindings(ctx, &adminv1.ListBindingsRequest{})
+		if err == nil {
+			err = adminapi.WriteBindings(stdout, resp.GetBindings(), time.Now())
+		}
+		return reportAs(stderr, "bindings", err)
+	}
+	resp, err := c.ReleaseBinding(ctx, req)
+	if err == nil {
+		fmt.Fprintf(stdout, "released %s %s (was bound to %s); the next machine to join with it takes it\n",
+			strings.TrimPrefix(strings.ToLower(req.GetKind().String()), "binding_kind_"), req.GetName(), resp.GetReleased().GetIdentity())
+	}
+	return reportAs(stderr, "bindings", err)
 }
 
 // collateralCmd fetches one chip's VCEK (and its product's ASK/ARK) from

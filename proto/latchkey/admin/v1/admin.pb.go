@@ -102,6 +102,58 @@ func (Stage) EnumDescriptor() ([]byte, []int) {
 	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{0}
 }
 
+// BindingKind says what a binding record binds.
+type BindingKind int32
+
+const (
+	BindingKind_BINDING_KIND_UNSPECIFIED BindingKind = 0
+	// A node name.
+	BindingKind_BINDING_KIND_NODE BindingKind = 1
+	// A state disk's LUKS UUID.
+	BindingKind_BINDING_KIND_DISK BindingKind = 2
+)
+
+// Enum value maps for BindingKind.
+var (
+	BindingKind_name = map[int32]string{
+		0: "BINDING_KIND_UNSPECIFIED",
+		1: "BINDING_KIND_NODE",
+		2: "BINDING_KIND_DISK",
+	}
+	BindingKind_value = map[string]int32{
+		"BINDING_KIND_UNSPECIFIED": 0,
+		"BINDING_KIND_NODE":        1,
+		"BINDING_KIND_DISK":        2,
+	}
+)
+
+func (x BindingKind) Enum() *BindingKind {
+	p := new(BindingKind)
+	*p = x
+	return p
+}
+
+func (x BindingKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BindingKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_latchkey_admin_v1_admin_proto_enumTypes[1].Descriptor()
+}
+
+func (BindingKind) Type() protoreflect.EnumType {
+	return &file_latchkey_admin_v1_admin_proto_enumTypes[1]
+}
+
+func (x BindingKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BindingKind.Descriptor instead.
+func (BindingKind) EnumDescriptor() ([]byte, []int) {
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -670,6 +722,283 @@ func (x *CheckPolicyResponse) GetDigest() string {
 	return ""
 }
 
+// Binding is one record of the verifier's first-use registry.
+type Binding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  BindingKind            `protobuf:"varint,1,opt,name=kind,proto3,enum=latchkey.admin.v1.BindingKind" json:"kind,omitempty"`
+	// The node name or disk UUID.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The machine identity it is bound to ("tpm-ek:sha256:<hex>",
+	// "snp-chip:<hex>", ...); "" when released.
+	Identity string `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	// The last bootstrap token minted for a node ("" for disks).
+	TokenId string `protobuf:"bytes,4,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	// Unix seconds when it was claimed.
+	CreatedUnix int64 `protobuf:"varint,5,opt,name=created_unix,json=createdUnix,proto3" json:"created_unix,omitempty"`
+	// Unix seconds when an operator released it (0 while bound), and who.
+	ReleasedUnix  int64  `protobuf:"varint,6,opt,name=released_unix,json=releasedUnix,proto3" json:"released_unix,omitempty"`
+	ReleasedBy    string `protobuf:"bytes,7,opt,name=released_by,json=releasedBy,proto3" json:"released_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Binding) Reset() {
+	*x = Binding{}
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Binding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Binding) ProtoMessage() {}
+
+func (x *Binding) ProtoReflect() protoreflect.Message {
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Binding.ProtoReflect.Descriptor instead.
+func (*Binding) Descriptor() ([]byte, []int) {
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Binding) GetKind() BindingKind {
+	if x != nil {
+		return x.Kind
+	}
+	return BindingKind_BINDING_KIND_UNSPECIFIED
+}
+
+func (x *Binding) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Binding) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *Binding) GetTokenId() string {
+	if x != nil {
+		return x.TokenId
+	}
+	return ""
+}
+
+func (x *Binding) GetCreatedUnix() int64 {
+	if x != nil {
+		return x.CreatedUnix
+	}
+	return 0
+}
+
+func (x *Binding) GetReleasedUnix() int64 {
+	if x != nil {
+		return x.ReleasedUnix
+	}
+	return 0
+}
+
+func (x *Binding) GetReleasedBy() string {
+	if x != nil {
+		return x.ReleasedBy
+	}
+	return ""
+}
+
+type ListBindingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBindingsRequest) Reset() {
+	*x = ListBindingsRequest{}
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBindingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBindingsRequest) ProtoMessage() {}
+
+func (x *ListBindingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBindingsRequest.ProtoReflect.Descriptor instead.
+func (*ListBindingsRequest) Descriptor() ([]byte, []int) {
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+type ListBindingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bindings      []*Binding             `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBindingsResponse) Reset() {
+	*x = ListBindingsResponse{}
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBindingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBindingsResponse) ProtoMessage() {}
+
+func (x *ListBindingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBindingsResponse.ProtoReflect.Descriptor instead.
+func (*ListBindingsResponse) Descriptor() ([]byte, []int) {
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListBindingsResponse) GetBindings() []*Binding {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
+type ReleaseBindingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  BindingKind            `protobuf:"varint,1,opt,name=kind,proto3,enum=latchkey.admin.v1.BindingKind" json:"kind,omitempty"`
+	// A node name (DNS-1123 subdomain) or canonical lower-case disk UUID.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseBindingRequest) Reset() {
+	*x = ReleaseBindingRequest{}
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseBindingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseBindingRequest) ProtoMessage() {}
+
+func (x *ReleaseBindingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseBindingRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseBindingRequest) Descriptor() ([]byte, []int) {
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ReleaseBindingRequest) GetKind() BindingKind {
+	if x != nil {
+		return x.Kind
+	}
+	return BindingKind_BINDING_KIND_UNSPECIFIED
+}
+
+func (x *ReleaseBindingRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ReleaseBindingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the record held before the release.
+	Released      *Binding `protobuf:"bytes,1,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseBindingResponse) Reset() {
+	*x = ReleaseBindingResponse{}
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseBindingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseBindingResponse) ProtoMessage() {}
+
+func (x *ReleaseBindingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseBindingResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseBindingResponse) Descriptor() ([]byte, []int) {
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReleaseBindingResponse) GetReleased() *Binding {
+	if x != nil {
+		return x.Released
+	}
+	return nil
+}
+
 var File_latchkey_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_latchkey_admin_v1_admin_proto_rawDesc = "" +
@@ -715,7 +1044,24 @@ const file_latchkey_admin_v1_admin_proto_rawDesc = "" +
 	"\x13CheckPolicyResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x16\n" +
-	"\x06digest\x18\x03 \x01(\tR\x06digest*\xaf\x01\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\"\xf1\x01\n" +
+	"\aBinding\x122\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1e.latchkey.admin.v1.BindingKindR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\x12\x19\n" +
+	"\btoken_id\x18\x04 \x01(\tR\atokenId\x12!\n" +
+	"\fcreated_unix\x18\x05 \x01(\x03R\vcreatedUnix\x12#\n" +
+	"\rreleased_unix\x18\x06 \x01(\x03R\freleasedUnix\x12\x1f\n" +
+	"\vreleased_by\x18\a \x01(\tR\n" +
+	"releasedBy\"\x15\n" +
+	"\x13ListBindingsRequest\"N\n" +
+	"\x14ListBindingsResponse\x126\n" +
+	"\bbindings\x18\x01 \x03(\v2\x1a.latchkey.admin.v1.BindingR\bbindings\"_\n" +
+	"\x15ReleaseBindingRequest\x122\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1e.latchkey.admin.v1.BindingKindR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"P\n" +
+	"\x16ReleaseBindingResponse\x126\n" +
+	"\breleased\x18\x01 \x01(\v2\x1a.latchkey.admin.v1.BindingR\breleased*\xaf\x01\n" +
 	"\x05Stage\x12\x15\n" +
 	"\x11STAGE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eSTAGE_STARTING\x10\x01\x12\x18\n" +
@@ -724,15 +1070,21 @@ const file_latchkey_admin_v1_admin_proto_rawDesc = "" +
 	"\x12STAGE_OPENING_DISK\x10\x04\x12\x11\n" +
 	"\rSTAGE_JOINING\x10\x05\x12\x0f\n" +
 	"\vSTAGE_READY\x10\x06\x12\x10\n" +
-	"\fSTAGE_FAILED\x10\a2X\n" +
+	"\fSTAGE_FAILED\x10\a*Y\n" +
+	"\vBindingKind\x12\x1c\n" +
+	"\x18BINDING_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11BINDING_KIND_NODE\x10\x01\x12\x15\n" +
+	"\x11BINDING_KIND_DISK\x10\x022X\n" +
 	"\n" +
 	"AgentAdmin\x12J\n" +
-	"\x06Status\x12 .latchkey.admin.v1.StatusRequest\x1a\x1e.latchkey.admin.v1.AgentStatus2\xa6\x02\n" +
+	"\x06Status\x12 .latchkey.admin.v1.StatusRequest\x1a\x1e.latchkey.admin.v1.AgentStatus2\xee\x03\n" +
 	"\rVerifierAdmin\x12Y\n" +
 	"\n" +
 	"ListTokens\x12$.latchkey.admin.v1.ListTokensRequest\x1a%.latchkey.admin.v1.ListTokensResponse\x12\\\n" +
 	"\vRevokeToken\x12%.latchkey.admin.v1.RevokeTokenRequest\x1a&.latchkey.admin.v1.RevokeTokenResponse\x12\\\n" +
-	"\vCheckPolicy\x12%.latchkey.admin.v1.CheckPolicyRequest\x1a&.latchkey.admin.v1.CheckPolicyResponseB>Z<github.com/latchkey/latchkey/proto/latchkey/admin/v1;adminv1b\x06proto3"
+	"\vCheckPolicy\x12%.latchkey.admin.v1.CheckPolicyRequest\x1a&.latchkey.admin.v1.CheckPolicyResponse\x12_\n" +
+	"\fListBindings\x12&.latchkey.admin.v1.ListBindingsRequest\x1a'.latchkey.admin.v1.ListBindingsResponse\x12e\n" +
+	"\x0eReleaseBinding\x12(.latchkey.admin.v1.ReleaseBindingRequest\x1a).latchkey.admin.v1.ReleaseBindingResponseB>Z<github.com/latchkey/latchkey/proto/latchkey/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_latchkey_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -746,42 +1098,56 @@ func file_latchkey_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_latchkey_admin_v1_admin_proto_rawDescData
 }
 
-var file_latchkey_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_latchkey_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_latchkey_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_latchkey_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_latchkey_admin_v1_admin_proto_goTypes = []any{
-	(Stage)(0),                  // 0: latchkey.admin.v1.Stage
-	(*StatusRequest)(nil),       // 1: latchkey.admin.v1.StatusRequest
-	(*AgentStatus)(nil),         // 2: latchkey.admin.v1.AgentStatus
-	(*ListTokensRequest)(nil),   // 3: latchkey.admin.v1.ListTokensRequest
-	(*Token)(nil),               // 4: latchkey.admin.v1.Token
-	(*ListTokensResponse)(nil),  // 5: latchkey.admin.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),  // 6: latchkey.admin.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil), // 7: latchkey.admin.v1.RevokeTokenResponse
-	(*CheckPolicyRequest)(nil),  // 8: latchkey.admin.v1.CheckPolicyRequest
-	(*CheckPolicyResponse)(nil), // 9: latchkey.admin.v1.CheckPolicyResponse
-	(v1.Reason)(0),              // 10: latchkey.v1.Reason
-	(v1.Variant)(0),             // 11: latchkey.v1.Variant
-	(v1.Role)(0),                // 12: latchkey.v1.Role
+	(Stage)(0),                     // 0: latchkey.admin.v1.Stage
+	(BindingKind)(0),               // 1: latchkey.admin.v1.BindingKind
+	(*StatusRequest)(nil),          // 2: latchkey.admin.v1.StatusRequest
+	(*AgentStatus)(nil),            // 3: latchkey.admin.v1.AgentStatus
+	(*ListTokensRequest)(nil),      // 4: latchkey.admin.v1.ListTokensRequest
+	(*Token)(nil),                  // 5: latchkey.admin.v1.Token
+	(*ListTokensResponse)(nil),     // 6: latchkey.admin.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),     // 7: latchkey.admin.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),    // 8: latchkey.admin.v1.RevokeTokenResponse
+	(*CheckPolicyRequest)(nil),     // 9: latchkey.admin.v1.CheckPolicyRequest
+	(*CheckPolicyResponse)(nil),    // 10: latchkey.admin.v1.CheckPolicyResponse
+	(*Binding)(nil),                // 11: latchkey.admin.v1.Binding
+	(*ListBindingsRequest)(nil),    // 12: latchkey.admin.v1.ListBindingsRequest
+	(*ListBindingsResponse)(nil),   // 13: latchkey.admin.v1.ListBindingsResponse
+	(*ReleaseBindingRequest)(nil),  // 14: latchkey.admin.v1.ReleaseBindingRequest
+	(*ReleaseBindingResponse)(nil), // 15: latchkey.admin.v1.ReleaseBindingResponse
+	(v1.Reason)(0),                 // 16: latchkey.v1.Reason
+	(v1.Variant)(0),                // 17: latchkey.v1.Variant
+	(v1.Role)(0),                   // 18: latchkey.v1.Role
 }
 var file_latchkey_admin_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: latchkey.admin.v1.AgentStatus.stage:type_name -> latchkey.admin.v1.Stage
-	10, // 1: latchkey.admin.v1.AgentStatus.last_reason:type_name -> latchkey.v1.Reason
-	11, // 2: latchkey.admin.v1.AgentStatus.variant:type_name -> latchkey.v1.Variant
-	12, // 3: latchkey.admin.v1.Token.role:type_name -> latchkey.v1.Role
-	4,  // 4: latchkey.admin.v1.ListTokensResponse.tokens:type_name -> latchkey.admin.v1.Token
-	1,  // 5: latchkey.admin.v1.AgentAdmin.Status:input_type -> latchkey.admin.v1.StatusRequest
-	3,  // 6: latchkey.admin.v1.VerifierAdmin.ListTokens:input_type -> latchkey.admin.v1.ListTokensRequest
-	6,  // 7: latchkey.admin.v1.VerifierAdmin.RevokeToken:input_type -> latchkey.admin.v1.RevokeTokenRequest
-	8,  // 8: latchkey.admin.v1.VerifierAdmin.CheckPolicy:input_type -> latchkey.admin.v1.CheckPolicyRequest
-	2,  // 9: latchkey.admin.v1.AgentAdmin.Status:output_type -> latchkey.admin.v1.AgentStatus
-	5,  // 10: latchkey.admin.v1.VerifierAdmin.ListTokens:output_type -> latchkey.admin.v1.ListTokensResponse
-	7,  // 11: latchkey.admin.v1.VerifierAdmin.RevokeToken:output_type -> latchkey.admin.v1.RevokeTokenResponse
-	9,  // 12: latchkey.admin.v1.VerifierAdmin.CheckPolicy:output_type -> latchkey.admin.v1.CheckPolicyResponse
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	16, // 1: latchkey.admin.v1.AgentStatus.last_reason:type_name -> latchkey.v1.Reason
+	17, // 2: latchkey.admin.v1.AgentStatus.variant:type_name -> latchkey.v1.Variant
+	18, // 3: latchkey.admin.v1.Token.role:type_name -> latchkey.v1.Role
+	5,  // 4: latchkey.admin.v1.ListTokensResponse.tokens:type_name -> latchkey.admin.v1.Token
+	1,  // 5: latchkey.admin.v1.Binding.kind:type_name -> latchkey.admin.v1.BindingKind
+	11, // 6: latchkey.admin.v1.ListBindingsResponse.bindings:type_name -> latchkey.admin.v1.Binding
+	1,  // 7: latchkey.admin.v1.ReleaseBindingRequest.kind:type_name -> latchkey.admin.v1.BindingKind
+	11, // 8: latchkey.admin.v1.ReleaseBindingResponse.released:type_name -> latchkey.admin.v1.Binding
+	2,  // 9: latchkey.admin.v1.AgentAdmin.Status:input_type -> latchkey.admin.v1.StatusRequest
+	4,  // 10: latchkey.admin.v1.VerifierAdmin.ListTokens:input_type -> latchkey.admin.v1.ListTokensRequest
+	7,  // 11: latchkey.admin.v1.VerifierAdmin.RevokeToken:input_type -> latchkey.admin.v1.RevokeTokenRequest
+	9,  // 12: latchkey.admin.v1.VerifierAdmin.CheckPolicy:input_type -> latchkey.admin.v1.CheckPolicyRequest
+	12, // 13: latchkey.admin.v1.VerifierAdmin.ListBindings:input_type -> latchkey.admin.v1.ListBindingsRequest
+	14, // 14: latchkey.admin.v1.VerifierAdmin.ReleaseBinding:input_type -> latchkey.admin.v1.ReleaseBindingRequest
+	3,  // 15: latchkey.admin.v1.AgentAdmin.Status:output_type -> latchkey.admin.v1.AgentStatus
+	6,  // 16: latchkey.admin.v1.VerifierAdmin.ListTokens:output_type -> latchkey.admin.v1.ListTokensResponse
+	8,  // 17: latchkey.admin.v1.VerifierAdmin.RevokeToken:output_type -> latchkey.admin.v1.RevokeTokenResponse
+	10, // 18: latchkey.admin.v1.VerifierAdmin.CheckPolicy:output_type -> latchkey.admin.v1.CheckPolicyResponse
+	13, // 19: latchkey.admin.v1.VerifierAdmin.ListBindings:output_type -> latchkey.admin.v1.ListBindingsResponse
+	15, // 20: latchkey.admin.v1.VerifierAdmin.ReleaseBinding:output_type -> latchkey.admin.v1.ReleaseBindingResponse
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_latchkey_admin_v1_admin_proto_init() }
@@ -794,8 +1160,8 @@ func file_latchkey_admin_v1_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_latchkey_admin_v1_admin_proto_rawDesc), len(file_latchkey_admin_v1_admin_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   9,
+			NumEnums:      2,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -135,9 +135,11 @@ var AgentAdmin_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	VerifierAdmin_ListTokens_FullMethodName  = "/latchkey.admin.v1.VerifierAdmin/ListTokens"
-	VerifierAdmin_RevokeToken_FullMethodName = "/latchkey.admin.v1.VerifierAdmin/RevokeToken"
-	VerifierAdmin_CheckPolicy_FullMethodName = "/latchkey.admin.v1.VerifierAdmin/CheckPolicy"
+	VerifierAdmin_ListTokens_FullMethodName     = "/latchkey.admin.v1.VerifierAdmin/ListTokens"
+	VerifierAdmin_RevokeToken_FullMethodName    = "/latchkey.admin.v1.VerifierAdmin/RevokeToken"
+	VerifierAdmin_CheckPolicy_FullMethodName    = "/latchkey.admin.v1.VerifierAdmin/CheckPolicy"
+	VerifierAdmin_ListBindings_FullMethodName   = "/latchkey.admin.v1.VerifierAdmin/ListBindings"
+	VerifierAdmin_ReleaseBinding_FullMethodName = "/latchkey.admin.v1.VerifierAdmin/ReleaseBinding"
 )
 
 // VerifierAdminClient is the client API for VerifierAdmin service.
@@ -156,6 +158,14 @@ type VerifierAdminClient interface {
 	// (`latchkey-verifier policy check FILE`). An invalid policy is a normal
 	// response with valid=false, not an error status.
 	CheckPolicy(ctx context.Context, in *CheckPolicyRequest, opts ...grpc.CallOption) (*CheckPolicyResponse, error)
+	// ListBindings lists the records binding disk UUIDs and node names to
+	// attested machines (`latchkey-verifier bindings list`).
+	ListBindings(ctx context.Context, in *ListBindingsRequest, opts ...grpc.CallOption) (*ListBindingsResponse, error)
+	// ReleaseBinding releases one binding so that the next machine to claim
+	// the name takes it (`latchkey-verifier bindings release --node NAME |
+	// --disk UUID`). NOT_FOUND when the name is not bound. Audited with the
+	// caller's uid.
+	ReleaseBinding(ctx context.Context, in *ReleaseBindingRequest, opts ...grpc.CallOption) (*ReleaseBindingResponse, error)
 }
 
 type verifierAdminClient struct {
@@ -196,6 +206,26 @@ func (c *verifierAdminClient) CheckPolicy(ctx context.Context, in *CheckPolicyRe
 	return out, nil
 }
 
+func (c *verifierAdminClient) ListBindings(ctx context.Context, in *ListBindingsRequest, opts ...grpc.CallOption) (*ListBindingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListBindingsResponse)
+	err := c.cc.Invoke(ctx, VerifierAdmin_ListBindings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *verifierAdminClient) ReleaseBinding(ctx context.Context, in *ReleaseBindingRequest, opts ...grpc.CallOption) (*ReleaseBindingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseBindingResponse)
+	err := c.cc.Invoke(ctx, VerifierAdmin_ReleaseBinding_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // VerifierAdminServer is the server API for VerifierAdmin service.
 // All implementations must embed UnimplementedVerifierAdminServer
 // for forward compatibility.
@@ -212,6 +242,14 @@ type VerifierAdminServer interface {
 	// (`latchkey-verifier policy check FILE`). An invalid policy is a normal
 	// response with valid=false, not an error status.
 	CheckPolicy(context.Context, *CheckPolicyRequest) (*CheckPolicyResponse, error)
+	// ListBindings lists the records binding disk UUIDs and node names to
+	// attested machines (`latchkey-verifier bindings list`).
+	ListBindings(context.Context, *ListBindingsRequest) (*ListBindingsResponse, error)
+	// ReleaseBinding releases one binding so that the next machine to claim
+	// the name takes it (`latchkey-verifier bindings release --node NAME |
+	// --disk UUID`). NOT_FOUND when the name is not bound. Audited with the
+	// caller's uid.
+	ReleaseBinding(context.Context, *ReleaseBindingRequest) (*ReleaseBindingResponse, error)
 	mustEmbedUnimplementedVerifierAdminServer()
 }
 
@@ -230,6 +268,12 @@ func (UnimplementedVerifierAdminServer) RevokeToken(context.Context, *RevokeToke
 }
 func (UnimplementedVerifierAdminServer) CheckPolicy(context.Context, *CheckPolicyRequest) (*CheckPolicyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CheckPolicy not implemented")
+}
+func (UnimplementedVerifierAdminServer) ListBindings(context.Context, *ListBindingsRequest) (*ListBindingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListBindings not implemented")
+}
+func (UnimplementedVerifierAdminServer) ReleaseBinding(context.Context, *ReleaseBindingRequest) (*ReleaseBindingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseBinding not implemented")
 }
 func (UnimplementedVerifierAdminServer) mustEmbedUnimplementedVerifierAdminServer() {}
 func (UnimplementedVerifierAdminServer) testEmbeddedByValue()                       {}
@@ -306,6 +350,42 @@ func _VerifierAdmin_CheckPolicy_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _VerifierAdmin_ListBindings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListBindingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VerifierAdminServer).ListBindings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: VerifierAdmin_ListBindings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VerifierAdminServer).ListBindings(ctx, req.(*ListBindingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _VerifierAdmin_ReleaseBinding_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseBindingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VerifierAdminServer).ReleaseBinding(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: VerifierAdmin_ReleaseBinding_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VerifierAdminServer).ReleaseBinding(ctx, req.(*ReleaseBindingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // VerifierAdmin_ServiceDesc is the grpc.ServiceDesc for VerifierAdmin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -324,6 +404,14 @@ var VerifierAdmin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckPolicy",
 			Handler:    _VerifierAdmin_CheckPolicy_Handler,
+		},
+		{
+			MethodName: "ListBindings",
+			Handler:    _VerifierAdmin_ListBindings_Handler,
+		},
+		{
+			MethodName: "ReleaseBinding",
+			Handler:    _VerifierAdmin_ReleaseBinding_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

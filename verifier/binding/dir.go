@@ -1,0 +1,289 @@
+package binding
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// maxRecordFile bounds a record file read back from disk.
+const maxRecordFile = 4 << 10
+
+// DirConfig configures a directory store.
+type DirConfig struct {
+	// Dir holds one file per record; it is created (0700) when missing.
+	Dir string
+	// Now is the clock (default time.Now).
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Dir is the disk-only store: one JSON file per record in a directory of
+// the verifier's state directory, mode 0600. A record is written in full
+// to a temporary file, synced, and then linked to its name with link(2),
+// which fails when the name exists: creation is atomic and
+// create-if-absent, and a crash leaves either no record or a whole one.
+//
+// Dir serialises updates of one record within one process (a lock per
+// record name, striped, so joins of different machines do not wait for
+// each other's fsync). It is meant for one
+// verifier replica: two processes sharing the directory never both win a
+// claim (link is atomic), but a release racing another process's token
+// update is not serialised. Run Kubernetes mode (Leases) for several
+// replicas.
+type Dir struct {
+	dir   string
+	now   func() time.Time
+	log   *slog.Logger
+	locks [64]sync.Mutex
+}
+
+// lock returns the mutex guarding the record file name.
+func (d *Dir) lock(name string) *sync.Mutex {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return &d.locks[h.Sum32()%uint32(len(d.locks))]
+}
+
+var _ Store = (*Dir)(nil)
+
+// NewDir creates the directory if needed.
+func NewDir(cfg DirConfig) (*Dir, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("binding: no directory")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("binding: %w", err)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Dir{dir: cfg.Dir, now: cfg.Now, log: cfg.Logger.With("component", "binding")}, nil
+}
+
+// fileRecord is a record's file content.
+type fileRecord struct {
+	Kind       Kind      `json:"kind"`
+	Name       string    `json:"name"`
+	Identity   string    `json:"identity"`
+	TokenID    string    `json:"tokenID,omitempty"`
+	Created    time.Time `json:"created"`
+	Released   time.Time `json:"released,omitzero"`
+	ReleasedBy string    `json:"releasedBy,omitempty"`
+}
+
+func (d *Dir) path(kind Kind, name string) string {
+	return filepath.Join(d.dir, ObjectName(kind, name))
+}
+
+// Claim implements Store.
+func (d *Dir) Claim(ctx context.Context, kind Kind, name, identity string) (Record, error) {
+	if err := validate(kind, name, identity, true); err != nil {
+		return Record{}, err
+	}
+	mu := d.lock(ObjectName(kind, name))
+	mu.Lock()
+	defer mu.Unlock()
+	r := Record{Kind: kind, Name: name, Identity: identity, Created: d.now().UTC().Truncate(time.Second)}
+	err := d.create(d.path(kind, name), r)
+	if errors.Is(err, fs.ErrExist) {
+		have, gerr := d.read(d.path(kind, name))
+		if gerr != nil {
+			return Record{}, gerr
+		}
+		if have.Bound() {
+			return have, Check(have, identity)
+		}
+		// Released: the next claim takes it over.
+		err = d.replace(d.path(kind, name), r)
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	d.log.Info("binding claimed", "kind", string(kind), "name", name, "identity", identity)
+	return r, nil
+}
+
+// Get implements Store.
+func (d *Dir) Get(_ context.Context, kind Kind, name string) (Record, error) {
+	if err := validate(kind, name, "", false); err != nil {
+		return Record{}, err
+	}
+	return d.read(d.path(kind, name))
+}
+
+// SetToken implements Store.
+func (d *Dir) SetToken(_ context.Context, node, identity, tokenID string) error {
+	if err := validate(Node, node, identity, true); err != nil {
+		return err
+	}
+	mu := d.lock(ObjectName(Node, node))
+	mu.Lock()
+	defer mu.Unlock()
+	p := d.path(Node, node)
+	r, err := d.read(p)
+	if err != nil {
+		return err
+	}
+	if err := Check(r, identity); err != nil {
+		return err
+	}
+	r.TokenID = tokenID
+	return d.replace(p, r)
+}
+
+// Release implements Store.
+func (d *Dir) Release(_ context.Context, kind Kind, name, by string) (Record, error) {
+	if err := validate(kind, name, "", false); err != nil {
+		return Record{}, err
+	}
+	mu := d.lock(ObjectName(kind, name))
+	mu.Lock()
+	defer mu.Unlock()
+	p := d.path(kind, name)
+	r, err := d.read(p)
+	if err != nil {
+		return Record{}, err
+	}
+	if !r.Bound() {
+		return Record{}, fmt.Errorf("%w: %s %s was already released", ErrNotFound, kind, name)
+	}
+	tomb := Record{Kind: kind, Name: name, Created: r.Created, Released: d.now().UTC().Truncate(time.Second), ReleasedBy: by}
+	if err := d.replace(p, tomb); err != nil {
+		return Record{}, err
+	}
+	d.log.Warn("binding released", "kind", string(kind), "name", name, "identity", r.Identity, "by", by)
+	return r, nil
+}
+
+// List implements Store.
+func (d *Dir) List(_ context.Context) ([]Record, error) {
+	entries, err := os.ReadDir(d.dir)
+	if err != nil {
+		return nil, fmt.Errorf("binding: %w", err)
+	}
+	var out []Record
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") || !e.Type().IsRegular() {
+			continue
+		}
+		r, err := d.read(filepath.Join(d.dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// create writes r to a temporary file and links it to p; fs.ErrExist when
+// p exists.
+func (d *Dir) create(p string, r Record) error {
+	tmp, err := d.writeTemp(r)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, p); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fs.ErrExist
+		}
+		return fmt.Errorf("binding: %w", err)
+	}
+	return syncDir(d.dir)
+}
+
+// replace writes r over p atomically (rename).
+func (d *Dir) replace(p string, r Record) error {
+	tmp, err := d.writeTemp(r)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("binding: %w", err)
+	}
+	return syncDir(d.dir)
+}
+
+func (d *Dir) writeTemp(r Record) (string, error) {
+	data, err := json.Marshal(fileRecord(r))
+	if err != nil {
+		return "", err
+	}
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return "", err
+	}
+	tmp := filepath.Join(d.dir, ".tmp-"+hex.EncodeToString(rnd[:]))
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("binding: %w", err)
+	}
+	_, werr := f.Write(data)
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("binding: write record: %w", werr)
+	}
+	return tmp, nil
+}
+
+func (d *Dir) read(p string) (Record, error) {
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		kind, name, _ := strings.Cut(filepath.Base(p), "-")
+		return Record{}, fmt.Errorf("%w: %s %s", ErrNotFound, kind, name)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("binding: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxRecordFile+1))
+	if err != nil {
+		return Record{}, fmt.Errorf("binding: read %s: %w", p, err)
+	}
+	if len(data) > maxRecordFile {
+		return Record{}, fmt.Errorf("binding: record %s is over %d bytes", p, maxRecordFile)
+	}
+	var fr fileRecord
+	if err := json.Unmarshal(data, &fr); err != nil {
+		return Record{}, fmt.Errorf("binding: record %s: %w", p, err)
+	}
+	if !validRecord(Record(fr)) || ObjectName(fr.Kind, fr.Name) != filepath.Base(p) {
+		return Record{}, fmt.Errorf("binding: record %s does not name itself", p)
+	}
+	return Record(fr), nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("binding: %w", err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("binding: sync %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,298 @@
+package binding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	coordclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/util/retry"
+)
+
+// DefaultNamespace is latchkey's own namespace for binding Leases.
+const DefaultNamespace = "latchkey-system"
+
+// Labels and annotations of a binding Lease.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "latchkey"
+	// LabelKind is "node" or "disk".
+	LabelKind = "latchkey.io/binding"
+	// AnnotationName is the node name or disk UUID (the Lease's name may
+	// be a hash of a long node name).
+	AnnotationName = "latchkey.io/name"
+	// AnnotationIdentity is the bound machine identity (also the Lease's
+	// holderIdentity, which Kubernetes tools show).
+	AnnotationIdentity = "latchkey.io/identity"
+	// AnnotationTokenID is the last bootstrap token minted for a node.
+	AnnotationTokenID = "latchkey.io/token-id"
+	// AnnotationReleasedAt (RFC 3339) and AnnotationReleasedBy mark a
+	// released record; it has no identity and no token.
+	AnnotationReleasedAt = "latchkey.io/released-at"
+	AnnotationReleasedBy = "latchkey.io/released-by"
+)
+
+// LeaseConfig configures a Lease store.
+type LeaseConfig struct {
+	Client kubernetes.Interface
+	// Namespace holds the Leases (default DefaultNamespace); it must exist
+	// (verifier/deploy creates latchkey-system).
+	Namespace string
+	Logger    *slog.Logger
+}
+
+// Leases keeps records as coordination.k8s.io Leases named ObjectName
+// ("node-<name>", "disk-<uuid>"). A claim is a Create, which the API
+// server refuses with AlreadyExists when the Lease exists; the claimer
+// then reads it and compares, so every replica reaches the same verdict.
+// Token updates are optimistic (resourceVersion), so a record released
+// and reclaimed meanwhile is never overwritten.
+//
+// The node Lease is also the per-node record continuous re-attestation
+// (issue 15) keeps: it may add its own latchkey.io/ annotations (time,
+// evidence digest, decision) and renew spec.renewTime, with the same
+// optimistic updates. Only Claim and Release write the identity
+// annotations and spec.holderIdentity.
+type Leases struct {
+	client kubernetes.Interface
+	ns     string
+	log    *slog.Logger
+}
+
+var _ Store = (*Leases)(nil)
+
+// NewLeases checks cfg.
+func NewLeases(cfg LeaseConfig) (*Leases, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("binding: no Kubernetes client")
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = DefaultNamespace
+	}
+	if errs := validation.IsDNS1123Label(cfg.Namespace); len(errs) > 0 {
+		return nil, fmt.Errorf("binding: namespace %q: %v", cfg.Namespace, errs)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Leases{client: cfg.Client, ns: cfg.Namespace, log: cfg.Logger.With("component", "binding")}, nil
+}
+
+// Claim implements Store.
+func (l *Leases) Claim(ctx context.Context, kind Kind, name, identity string) (Record, error) {
+	if err := validate(kind, name, identity, true); err != nil {
+		return Record{}, err
+	}
+	holder := identity
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        ObjectName(kind, name),
+			Namespace:   l.ns,
+			Labels:      map[string]string{LabelManagedBy: ManagedBy, LabelKind: string(kind)},
+			Annotations: map[string]string{AnnotationName: name, AnnotationIdentity: identity},
+		},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder},
+	}
+	created, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		var have Record
+		created, have, err = l.takeOver(ctx, kind, name, identity)
+		if err != nil {
+			return Record{}, err
+		}
+		if created == nil { // bound already
+			return have, Check(have, identity)
+		}
+	} else if err != nil {
+		return Record{}, fmt.Errorf("binding: create lease %s/%s: %w", l.ns, lease.Name, err)
+	}
+	l.log.Info("binding claimed", "kind", string(kind), "name", name, "identity", identity)
+	return record(created)
+}
+
+// takeOver binds a released Lease to identity, conditioned on the
+// version read, so two racing claims of one released record cannot both
+// win: the loser's update conflicts, and on its retry it finds the
+// record bound. When the record is bound it returns no Lease and the
+// record it read.
+func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string) (*coordinationv1.Lease, Record, error) {
+	obj := ObjectName(kind, name)
+	var out *coordinationv1.Lease
+	var have Record
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		out = nil
+		lease, err := l.leases().Get(ctx, obj, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("binding: get lease %s/%s: %w", l.ns, obj, err)
+		}
+		r, err := record(lease)
+		if err != nil {
+			return err
+		}
+		if r.Kind != kind || r.Name != name {
+			return fmt.Errorf("binding: lease %s/%s records %s %q", l.ns, obj, r.Kind, r.Name)
+		}
+		if r.Bound() {
+			have = r
+			return nil
+		}
+		holder := identity
+		lease.Annotations[AnnotationIdentity] = identity
+		delete(lease.Annotations, AnnotationReleasedAt)
+		delete(lease.Annotations, AnnotationReleasedBy)
+		lease.Spec.HolderIdentity = &holder
+		now := metav1.NewMicroTime(time.Now())
+		lease.Spec.AcquireTime = &now
+		out, err = l.leases().Update(ctx, lease, metav1.UpdateOptions{})
+		if err != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("binding: update lease %s/%s: %w", l.ns, obj, err)
+		}
+		return err
+	})
+	return out, have, err
+}
+
+// Get implements Store.
+func (l *Leases) Get(ctx context.Context, kind Kind, name string) (Record, error) {
+	if err := validate(kind, name, "", false); err != nil {
+		return Record{}, err
+	}
+	lease, err := l.leases().Get(ctx, ObjectName(kind, name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return Record{}, fmt.Errorf("%w: %s %s", ErrNotFound, kind, name)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("binding: get lease %s/%s: %w", l.ns, ObjectName(kind, name), err)
+	}
+	r, err := record(lease)
+	if err != nil {
+		return Record{}, err
+	}
+	if r.Kind != kind || r.Name != name {
+		return Record{}, fmt.Errorf("binding: lease %s/%s records %s %q", l.ns, lease.Name, r.Kind, r.Name)
+	}
+	return r, nil
+}
+
+// SetToken implements Store. It retries on conflicts (another replica
+// recorded another token for the same identity), re-checking the
+// identity each time.
+func (l *Leases) SetToken(ctx context.Context, node, identity, tokenID string) error {
+	if err := validate(Node, node, identity, true); err != nil {
+		return err
+	}
+	name := ObjectName(Node, node)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := l.leases().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("%w: node %s", ErrNotFound, node)
+		}
+		if err != nil {
+			return fmt.Errorf("binding: get lease %s/%s: %w", l.ns, name, err)
+		}
+		r, err := record(lease)
+		if err != nil {
+			return err
+		}
+		if err := Check(r, identity); err != nil {
+			return err
+		}
+		lease.Annotations[AnnotationTokenID] = tokenID
+		now := metav1.NewMicroTime(time.Now())
+		lease.Spec.RenewTime = &now
+		if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+			if apierrors.IsConflict(err) {
+				return err
+			}
+			return fmt.Errorf("binding: update lease %s/%s: %w", l.ns, name, err)
+		}
+		return nil
+	})
+}
+
+// Release implements Store. The update is conditioned on the Lease read
+// (its resourceVersion), so what is logged is what was released.
+func (l *Leases) Release(ctx context.Context, kind Kind, name, by string) (Record, error) {
+	if err := validate(kind, name, "", false); err != nil {
+		return Record{}, err
+	}
+	obj := ObjectName(kind, name)
+	lease, err := l.leases().Get(ctx, obj, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return Record{}, fmt.Errorf("%w: %s %s", ErrNotFound, kind, name)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("binding: get lease %s/%s: %w", l.ns, obj, err)
+	}
+	r, err := record(lease)
+	if err != nil {
+		return Record{}, err
+	}
+	if !r.Bound() {
+		return Record{}, fmt.Errorf("%w: %s %s was already released", ErrNotFound, kind, name)
+	}
+	delete(lease.Annotations, AnnotationIdentity)
+	delete(lease.Annotations, AnnotationTokenID)
+	lease.Annotations[AnnotationReleasedAt] = time.Now().UTC().Format(time.RFC3339)
+	lease.Annotations[AnnotationReleasedBy] = by
+	lease.Spec.HolderIdentity = nil
+	if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		return Record{}, fmt.Errorf("binding: release lease %s/%s (changed meanwhile? retry): %w", l.ns, obj, err)
+	}
+	l.log.Warn("binding released", "kind", string(kind), "name", name, "identity", r.Identity, "by", by)
+	return r, nil
+}
+
+// List implements Store.
+func (l *Leases) List(ctx context.Context) ([]Record, error) {
+	ls, err := l.leases().List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy + "," + LabelKind})
+	if err != nil {
+		return nil, fmt.Errorf("binding: list leases in %s: %w", l.ns, err)
+	}
+	out := make([]Record, 0, len(ls.Items))
+	for i := range ls.Items {
+		r, err := record(&ls.Items[i])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (l *Leases) leases() coordclient.LeaseInterface {
+	return l.client.CoordinationV1().Leases(l.ns)
+}
+
+// record reads a binding Lease, refusing one that does not look like
+// latchkey wrote it.
+func record(lease *coordinationv1.Lease) (Record, error) {
+	r := Record{
+		Kind:     Kind(lease.Labels[LabelKind]),
+		Name:     lease.Annotations[AnnotationName],
+		Identity: lease.Annotations[AnnotationIdentity],
+		TokenID:  lease.Annotations[AnnotationTokenID],
+		Created:  lease.CreationTimestamp.Time,
+	}
+	if lease.Spec.AcquireTime != nil {
+		r.Created = lease.Spec.AcquireTime.Time
+	}
+	if at, ok := lease.Annotations[AnnotationReleasedAt]; ok {
+		t, err := time.Parse(time.RFC3339, at)
+		if err != nil {
+			return Record{}, fmt.Errorf("binding: lease %s/%s: released-at %q: %w", lease.Namespace, lease.Name, at, err)
+		}
+		r.Released, r.ReleasedBy = t, lease.Annotations[AnnotationReleasedBy]
+	}
+	if !validRecord(r) || ObjectName(r.Kind, r.Name) != lease.Name {
+		return Record{}, fmt.Errorf("binding: lease %s/%s is not a latchkey binding record", lease.Namespace, lease.Name)
+	}
+	return r, nil
+}
