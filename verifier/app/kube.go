@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/latchkey/latchkey/verifier/binding"
+	"github.com/latchkey/latchkey/verifier/metrics"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
@@ -80,4 +81,18 @@ func kubeClient(path string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
 	return c, nil
+}
+
+// runReaper deletes each node's bootstrap token once the node has used
+// it (certificate issued, Node registered); tokens it misses expire at
+// their TTL.
+func runReaper(ctx context.Context, client kubernetes.Interface, revoker token.Revoker, m *metrics.Metrics, log *slog.Logger) {
+	r, err := token.NewReaper(token.ReaperConfig{Client: client, Revoker: revoker, Logger: log,
+		OnReaped: func() { m.TokenRevoked(metrics.RevokeUsed) }})
+	if err == nil {
+		err = r.Run(ctx)
+	}
+	if err != nil && ctx.Err() == nil {
+		log.Error("token reaper stopped; used tokens now live until their TTL", "error", err.Error())
+	}
 }

@@ -38,6 +38,9 @@ const (
 	RevokeNoAck RevokeCause = "no_ack"
 	// RevokeAdmin: an operator ran `latchkey-verifier tokens revoke`.
 	RevokeAdmin RevokeCause = "admin"
+	// RevokeUsed: the node used the token (certificate issued, Node
+	// registered), so it was deleted before its TTL.
+	RevokeUsed RevokeCause = "used"
 )
 
 // validationBuckets span a TPM quote check (~0.15 ms) to an SNP check that
@@ -80,7 +83,7 @@ func New() *Metrics {
 		}),
 		revoked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "tokens_revoked_total",
-			Help: "Bootstrap tokens revoked, by cause (no_ack, admin).",
+			Help: "Bootstrap tokens revoked, by cause (no_ack, admin, used: deleted once the node had its certificate and registered).",
 		}, []string{"cause"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "policy_reloads_total",
@@ -114,6 +117,7 @@ func (m *Metrics) initSeries() {
 	}
 	m.revoked.WithLabelValues(string(RevokeNoAck))
 	m.revoked.WithLabelValues(string(RevokeAdmin))
+	m.revoked.WithLabelValues(string(RevokeUsed))
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")
 	m.connsOver.WithLabelValues("total")

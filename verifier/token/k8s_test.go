@@ -502,3 +502,68 @@ func TestK8sControlPlaneCerts(t *testing.T) {
 		t.Fatalf("kubeadm-certs outlived its token: %v", err)
 	}
 }
+
+// A token is deleted once its node used it, with the verifier's own
+// credential: the real controller-manager signs the kubelet CSR the
+// approver approved, then the Node registers, and the reaper deletes the
+// token Secret. A token whose node never registers stays.
+func TestK8sTokenDeletedOnceUsed(t *testing.T) {
+	env := loadK8sEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leases, err := binding.NewLeases(binding.LeaseConfig{Client: env.verifier(t), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewApprover(ApproverConfig{Client: env.verifier(t), Tokens: leaseTokens{leases},
+		Logger: slog.New(slog.DiscardHandler), Resync: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.Run(ctx)
+	k := env.minter(t, nil)
+	reaped := make(chan struct{}, 4)
+	r, err := NewReaper(ReaperConfig{Client: env.verifier(t), Revoker: k, Resync: time.Second,
+		Logger: slog.New(slog.DiscardHandler), OnReaped: func() { reaped <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go r.Run(ctx)
+	admin := env.admin(t)
+	join := func(node, machine string) *Grant {
+		g, err := k.Mint(ctx, workerReq(node))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := leases.Claim(ctx, binding.Node, node, machine); err != nil {
+			t.Fatal(err)
+		}
+		if err := leases.SetToken(ctx, node, machine, g.ID); err != nil {
+			t.Fatal(err)
+		}
+		csr := waitCSR(t, admin, kubeletCSR(t, env.tokenClient(t, g.Token), node).Name)
+		if !approvedBy(csr, ReasonApproved) || len(csr.Status.Certificate) == 0 {
+			t.Fatalf("%s: CSR not approved and issued: %+v", node, csr.Status)
+		}
+		return g
+	}
+	used := join("reaped-node", "tpm-ek:sha256:"+strings.Repeat("21", 32))
+	unused := join("never-registers", "tpm-ek:sha256:"+strings.Repeat("22", 32))
+	defer k.Revoke(context.Background(), unused.ID)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "reaped-node"}}
+	if _, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.CoreV1().Nodes().Delete(context.Background(), "reaped-node", metav1.DeleteOptions{})
+	if err := secretGone(ctx, admin, "bootstrap-token-"+used.ID); err != nil {
+		t.Fatalf("the used token was not deleted: %v", err)
+	}
+	select {
+	case <-reaped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reaper did not report the deletion")
+	}
+	if _, err := admin.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+unused.ID, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the token of a node that never registered was deleted: %v", err)
+	}
+}

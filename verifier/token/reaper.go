@@ -1,0 +1,181 @@
+package token
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+)
+
+// Revoker deletes a bootstrap token (Kube does).
+type Revoker interface {
+	Revoke(ctx context.Context, id string) error
+}
+
+// ReaperConfig configures the Reaper.
+type ReaperConfig struct {
+	Client  kubernetes.Interface
+	Revoker Revoker
+	Logger  *slog.Logger
+	// OnReaped is told of each token deleted after use (for a metric);
+	// optional.
+	OnReaped func()
+	// Resync re-examines CSRs and Nodes (default 30s).
+	Resync time.Duration
+}
+
+// Reaper deletes a node's bootstrap token as soon as the node no longer
+// needs it, instead of leaving it alive for its whole TTL: live tokens
+// then count joins in flight, not nodes joined in the last half hour.
+//
+// The safe moment is proven, not guessed: the kubelet client CSR made
+// with the token was approved and its certificate issued (so the kubelet
+// holds system:node:<name> credentials), and afterwards the Node of that
+// name registered or posted its status (which the kubelet does with those
+// credentials, not the token). Deleting earlier could strand a kubelet
+// still fetching its certificate with the token. A token whose node never
+// gets that far, or that the reaper did not see (a verifier restart after
+// the CSR was garbage-collected), expires at its TTL as before.
+type Reaper struct {
+	cfg ReaperConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	pending map[string]issued // node name -> the token that got its certificate
+}
+
+type issued struct {
+	tokenID string
+	at      time.Time
+}
+
+// NewReaper checks cfg.
+func NewReaper(cfg ReaperConfig) (*Reaper, error) {
+	if cfg.Client == nil || cfg.Revoker == nil {
+		return nil, errors.New("token reaper: no Kubernetes client or revoker")
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 30 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Reaper{cfg: cfg, log: log.With("component", "token-reaper"), pending: map[string]issued{}}, nil
+}
+
+// Run watches CSRs and Nodes until ctx ends.
+func (r *Reaper) Run(ctx context.Context) error {
+	f := informers.NewSharedInformerFactory(r.cfg.Client, r.cfg.Resync)
+	csrs := f.Certificates().V1().CertificateSigningRequests().Informer()
+	nodes := f.Core().V1().Nodes().Informer()
+	onCSR := func(obj any) {
+		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
+			r.ObserveCSR(csr)
+		}
+	}
+	onNode := func(obj any) {
+		if n, ok := obj.(*corev1.Node); ok {
+			r.ObserveNode(ctx, n)
+		}
+	}
+	if _, err := csrs.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onCSR, UpdateFunc: func(_, o any) { onCSR(o) }}); err != nil {
+		return err
+	}
+	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onNode, UpdateFunc: func(_, o any) { onNode(o) }}); err != nil {
+		return err
+	}
+	f.Start(ctx.Done())
+	<-ctx.Done()
+	f.Shutdown()
+	return nil
+}
+
+// ObserveCSR notes a latchkey token whose kubelet client certificate was
+// issued.
+func (r *Reaper) ObserveCSR(csr *certv1.CertificateSigningRequest) {
+	if csr.Spec.SignerName != certv1.KubeAPIServerClientKubeletSignerName || len(csr.Status.Certificate) == 0 ||
+		!slices.Contains(csr.Spec.Groups, Group) {
+		return
+	}
+	id, ok := strings.CutPrefix(csr.Spec.Username, bootstrapapi.BootstrapUserPrefix)
+	if !ok || !validTokenID(id) {
+		return
+	}
+	req, err := parseCSR(csr.Spec.Request)
+	if err != nil {
+		return
+	}
+	node, ok := strings.CutPrefix(req.Subject.CommonName, nodeUserPrefix)
+	if !ok || !slices.Contains(csr.Spec.Groups, NodeGroup(node)) {
+		return
+	}
+	at := approvedAt(csr)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, seen := r.pending[node]; !seen || cur.at.Before(at) {
+		r.pending[node] = issued{tokenID: id, at: at}
+	}
+}
+
+// ObserveNode deletes the token of a node that registered or reported
+// after its certificate was issued.
+func (r *Reaper) ObserveNode(ctx context.Context, n *corev1.Node) {
+	r.mu.Lock()
+	p, ok := r.pending[n.Name]
+	r.mu.Unlock()
+	if !ok || !usedCredentialsSince(n, p.at) {
+		return
+	}
+	if err := r.cfg.Revoker.Revoke(ctx, p.tokenID); err != nil {
+		r.log.Warn("could not delete a used bootstrap token; it expires at its TTL", "node", n.Name,
+			"token_id", p.tokenID, "error", err.Error())
+		return
+	}
+	r.mu.Lock()
+	if r.pending[n.Name] == p {
+		delete(r.pending, n.Name)
+	}
+	r.mu.Unlock()
+	if r.cfg.OnReaped != nil {
+		r.cfg.OnReaped()
+	}
+	r.log.Info("bootstrap token deleted after use", "node", n.Name, "token_id", p.tokenID)
+}
+
+// approvedAt is when the CSR was approved (the certificate follows).
+func approvedAt(csr *certv1.CertificateSigningRequest) time.Time {
+	for _, c := range csr.Status.Conditions {
+		if c.Type == certv1.CertificateApproved {
+			return c.LastUpdateTime.Time
+		}
+	}
+	return csr.CreationTimestamp.Time
+}
+
+// usedCredentialsSince reports whether the Node was created, or had a
+// condition heartbeat, at or after t: both are written by a kubelet that
+// already holds its own client certificate. Times are the API server's
+// and the kubelet's own clocks, so one second of slack is allowed.
+func usedCredentialsSince(n *corev1.Node, t time.Time) bool {
+	t = t.Add(-time.Second)
+	if !n.CreationTimestamp.Time.Before(t) {
+		return true
+	}
+	for _, c := range n.Status.Conditions {
+		if !c.LastHeartbeatTime.Time.Before(t) {
+			return true
+		}
+	}
+	return false
+}

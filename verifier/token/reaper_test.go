@@ -1,0 +1,93 @@
+package token
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+type recordingRevoker struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (r *recordingRevoker) Revoke(_ context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ids = append(r.ids, id)
+	return nil
+}
+
+func (r *recordingRevoker) revoked() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.ids...)
+}
+
+// issuedCSR is a latchkey kubelet client CSR for node, made with token
+// id, approved at t and with its certificate issued.
+func issuedCSR(t *testing.T, node, id string, at time.Time) *certv1.CertificateSigningRequest {
+	csr := latchkeyCSR(t, "csr-"+node, node, node)
+	csr.Spec.Username = "system:bootstrap:" + id
+	csr.Status.Conditions = []certv1.CertificateSigningRequestCondition{{Type: certv1.CertificateApproved,
+		Status: corev1.ConditionTrue, LastUpdateTime: metav1.NewTime(at)}}
+	csr.Status.Certificate = []byte("-----BEGIN CERTIFICATE-----\n")
+	return csr
+}
+
+func newTestReaper(t *testing.T) (*Reaper, *recordingRevoker, *int) {
+	t.Helper()
+	rv := &recordingRevoker{}
+	n := 0
+	r, err := NewReaper(ReaperConfig{Client: fake.NewClientset(), Revoker: rv, OnReaped: func() { n++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, rv, &n
+}
+
+func TestReaperDeletesTokenOnceNodeRegistered(t *testing.T) {
+	r, rv, reaped := newTestReaper(t)
+	issuedAt := time.Now()
+	r.ObserveCSR(issuedCSR(t, "node-1", "abcdef", issuedAt))
+	// A Node that existed before the certificate (an old registration) and
+	// has not reported since proves nothing: the token stays.
+	old := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", CreationTimestamp: metav1.NewTime(issuedAt.Add(-time.Hour))}}
+	r.ObserveNode(context.Background(), old)
+	if len(rv.revoked()) != 0 {
+		t.Fatalf("revoked %v before the node used its certificate", rv.revoked())
+	}
+	// Its kubelet reports with the new certificate: the token goes.
+	old.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, LastHeartbeatTime: metav1.NewTime(issuedAt.Add(2 * time.Second))}}
+	r.ObserveNode(context.Background(), old)
+	if got := rv.revoked(); len(got) != 1 || got[0] != "abcdef" || *reaped != 1 {
+		t.Fatalf("revoked %v (reaped %d), want [abcdef] once", got, *reaped)
+	}
+	r.ObserveNode(context.Background(), old)
+	if len(rv.revoked()) != 1 {
+		t.Fatal("a token was revoked twice")
+	}
+}
+
+func TestReaperIgnoresWhatIsNotAUsedLatchkeyToken(t *testing.T) {
+	r, rv, _ := newTestReaper(t)
+	now := time.Now()
+	pending := issuedCSR(t, "node-2", "bbbbbb", now)
+	pending.Status.Certificate = nil // approved, not yet issued
+	r.ObserveCSR(pending)
+	foreign := issuedCSR(t, "node-3", "cccccc", now)
+	foreign.Spec.Groups = []string{"system:bootstrappers"} // not a latchkey token
+	r.ObserveCSR(foreign)
+	for _, n := range []string{"node-2", "node-3", "node-4"} {
+		r.ObserveNode(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, CreationTimestamp: metav1.NewTime(now.Add(time.Minute))}})
+	}
+	if got := rv.revoked(); len(got) != 0 {
+		t.Fatalf("revoked %v", got)
+	}
+}
