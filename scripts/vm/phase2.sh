@@ -59,7 +59,7 @@ build_latchkey() {
 # write_agent_config: the agent.yaml the image bakes in. The verifier and
 # its pin come from the kernel command line, as image/README.md describes.
 write_agent_config() {
-  P2_AGENT_CONFIG=$VM_CACHE/agent-e2e.yaml
+  P2_AGENT_CONFIG=$VM_CACHE/agent-e2e-$P2_JOIN.yaml
   {
     echo "# latchkey-agent config of the e2e guest (scripts/vm/phase2.sh)"
     echo "variant: tpm"
@@ -334,21 +334,25 @@ check_refused() {
 # (and for tests of) event-log policies: the firmware's TCG event log, the
 # PCRs, the UKI and its command line ($RUN_DIR/artifacts; copied to
 # LATCHKEY_E2E_ARTIFACTS when set).
+# save_artifacts [SUBDIR VARIANT]: the same for another boot (into
+# artifacts/SUBDIR, with VARIANT's UKI).
 save_artifacts() {
-  local dir=$RUN_DIR/artifacts b64
+  local sub=${1:-} variant=${2:-v1} dir=$RUN_DIR/artifacts${1:+/$1} b64
   mkdir -p "$dir"
   b64=$(serial_value 'eventlog-b64 ')
   if [[ -n $b64 ]]; then base64 -d <<<"$b64" >"$dir/binary_bios_measurements"; fi
   b64=$(serial_value 'tpm2-measure-log-b64 ')
   if [[ -n $b64 ]]; then base64 -d <<<"$b64" >"$dir/tpm2-measure.log"; fi
-  tr -d '\r' <"$BOOT_SERIAL" | grep -oE 'E2E: pcr [0-9]+ sha256 [0-9a-f]+' | sed 's/^E2E: pcr //' >"$dir/pcrs-sha256.txt"
-  cp "$MEASURED/v1/uki.efi" "$dir/uki.efi"
-  cp "$MEASURED/v1/cmdline" "$dir/cmdline"
-  cp "$MEASURED/v1/pcrs.yaml" "$MEASURED/v1/layout.env" "$dir/"
+  tr -d '\r' <"$BOOT_SERIAL" | grep -oE 'E2E: pcr [0-9]+ sha256 [0-9A-Fa-f]+' | sed 's/^E2E: pcr //' | tr 'A-F' 'a-f' >"$dir/pcrs-sha256.txt"
+  cp "$MEASURED/$variant/uki.efi" "$dir/uki.efi"
+  cp "$MEASURED/$variant/cmdline" "$dir/cmdline"
+  printf '%s' "$(serial_value 'cmdline ')" >"$dir/proc-cmdline"
+  cp "$MEASURED/$variant/pcrs.yaml" "$MEASURED/$variant/layout.env" "$dir/"
   b64=$(serial_value 'measure-b64 ')
   if [[ -n $b64 ]]; then base64 -d <<<"$b64" >"$dir/latchkey-agent-measure.yaml"; fi
   if [[ -n ${LATCHKEY_E2E_ARTIFACTS:-} ]]; then
-    mkdir -p "$LATCHKEY_E2E_ARTIFACTS" && cp "$dir"/* "$LATCHKEY_E2E_ARTIFACTS/"
+    mkdir -p "$LATCHKEY_E2E_ARTIFACTS${sub:+/$sub}"
+    cp -r "$dir/." "$LATCHKEY_E2E_ARTIFACTS${sub:+/$sub}/"
   fi
 }
 
@@ -374,7 +378,7 @@ p2_first_boot() {
   check "audit: exactly one join" test "$(audit_count .)" -eq 1
   check "host sees LUKS2 uuid" test "$(host_luks_uuid n1)" == "${N1_UUID:-x}"
   check_join join
-  step_done "first boot (v1, predicted policy): attest, format, open" "$BOOT_SECS" "$(boot_note); join $P2_JOIN"
+  step_done "first boot v1: predicted policy, format" "$BOOT_SECS" "$(boot_note); join $P2_JOIN"
 }
 
 p2_reboot() {
@@ -410,7 +414,7 @@ p2_tamper_root() {
   check "the agent never ran" agent_silent
   check "audit: no join at all" test "$(audit_count .)" -eq 0
   check "state disk untouched" test "$(host_luks_uuid n1)" == "$uuid_before"
-  step_done "tampered root (1 byte of latchkey-agent): dm-verity" "$BOOT_SECS" "panic before attestation"
+  step_done "tampered root: dm-verity panic" "$BOOT_SECS" "1 byte of latchkey-agent; panic before attestation"
 }
 
 # p2_tamper_cmdline: a rebuilt UKI, v1's kernel and initrd with one more
@@ -425,7 +429,7 @@ p2_tamper_cmdline() {
   check "guest runs the changed command line" serial_has "E2E: cmdline .*$P2_EVIL_ARG"
   check_quoted evil-cmdline
   check "pcr 11 differs from v1" test "$(quoted 11)" != "$(predicted v1 11)"
-  step_done "tampered command line (rebuilt UKI): refused" "$BOOT_SECS" "PCR 4 and 11 differ"
+  step_done "tampered cmdline (rebuilt UKI): refused" "$BOOT_SECS" "PCR 4 and 11 differ"
 }
 
 # p2_tamper_override: v1's UKI as is, with a command line the firmware
@@ -435,13 +439,14 @@ p2_tamper_cmdline() {
 p2_tamper_override() {
   audit_mark
   BOOT_OVERRIDE_KERNEL=$MEASURED/v1/uki.efi BOOT_OVERRIDE_APPEND="$(cat "$MEASURED/v1/cmdline") $P2_EVIL_ARG"
-  boot n1 tamper-override
+  boot n1 tamper-override -- latchkey.e2e.golden
   BOOT_OVERRIDE_KERNEL='' BOOT_OVERRIDE_APPEND=''
+  save_artifacts override v1
   check_refused '(4|12)'
   check "guest runs the override" serial_has "E2E: cmdline .*$P2_EVIL_ARG"
   check "pcr 11 as predicted (same UKI sections)" test "$(quoted 11)" == "$(predicted v1 11)"
   check "pcr 12 holds the override" test "$(quoted 12)" != "$(predicted v1 12)"
-  step_done "command line override from the firmware: refused" "$BOOT_SECS" "PCR 12 $(quoted 12 | cut -c1-12)…"
+  step_done "cmdline override by firmware: refused" "$BOOT_SECS" "PCR 12 $(quoted 12 | cut -c1-12)…"
 }
 
 # p2_other_kernel: UKI v2 (another Debian kernel) before the policy lists it.
@@ -452,7 +457,7 @@ p2_other_kernel() {
   check_refused 4
   check_quoted v2
   check "pcr 11 differs from v1" test "$(quoted 11)" != "$(predicted v1 11)"
-  step_done "UKI with another kernel (not in policy): refused" "$BOOT_SECS" "kernel $KVER vs $KVER1"
+  step_done "UKI with another kernel: refused" "$BOOT_SECS" "kernel $KVER vs $KVER1"
 }
 
 # p2_upgrade: v2 listed next to v1; the same disk opens with the same key,
@@ -470,7 +475,7 @@ p2_upgrade() {
   check "no second luksFormat" not_formatted
   check "audit: rejoin accepted" audit_has 'result=accepted' 'rejoin=true'
   check_join skip
-  step_done "upgrade: UKI v2 listed next to v1, same disk" "$BOOT_SECS" "$(boot_note)"
+  step_done "upgrade: v2 next to v1, same disk" "$BOOT_SECS" "$(boot_note)"
   node_esp n1 v1
 }
 
