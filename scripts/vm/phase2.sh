@@ -27,7 +27,7 @@ P2_JOIN=${LATCHKEY_E2E_JOIN:-disabled}
 P2_NETNS=latchkey-e2e-vm # the control plane's network namespace (kubeadm mode)
 # The agent's ticket timeout in the guest: long enough for the verifier
 # outage step, short enough that a refused boot ends within minutes.
-P2_AGENT_TIMEOUT=${LATCHKEY_E2E_AGENT_TIMEOUT:-60s}
+P2_AGENT_TIMEOUT=${LATCHKEY_E2E_AGENT_TIMEOUT:-40s}
 # The verifier as the measured command line names it, and its pin: the
 # serving key lives in the cache (a throwaway test key) so the pin, the
 # command line and so the whole image stay cacheable across runs.
