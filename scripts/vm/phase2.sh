@@ -175,23 +175,34 @@ verifier_start() {
 
 verifier_stop() { stop_pid "$VERIFIER_PID"; }
 
-# write_policy PCRS.YAML...: the verifier's policy from the kit's
-# predictions (each a "pcrs:" fragment): for every PCR the values of all
-# listed images (an upgrade lists old and new together), plus the
-# throwaway EK CA as ekCARoots so every node manufactured by it is trusted
-# by its EK certificate. No golden boot is needed.
+# write_policy PCRS.YAML...: the verifier's policy, predicted from the
+# images with no boot: `latchkey-verifier policy predict` on each image's
+# UKI (next to its PCRS.YAML) gives the UKI's Authenticode digest (the
+# component policy: PCR 4 through the replayed event log) and PCR 11 in
+# the agent's boot phases; every listed image is admitted (an upgrade
+# lists old and new together). The throwaway EK CA is the ekCARoots, so
+# every node manufactured by it is trusted by its EK certificate. No
+# golden boot is needed; the kit's own raw PCR 4/11/12 prediction is
+# checked against what the guest quotes (check_quoted).
 write_policy() {
-  local policy=$RUN_DIR/verifier/policy.yaml pem idx f vals
+  local policy=$RUN_DIR/verifier/policy.yaml pem f uki out ukis=() pcr11=()
+  for f in "$@"; do
+    uki=$(dirname "$f")/uki.efi
+    out=$("$P2_BIN/latchkey-verifier" policy predict --uki "$uki" --secure-boot-off) ||
+      die "policy predict failed for $uki"
+    mapfile -t -O "${#ukis[@]}" ukis < <(sed -n 's/^    - \(sha256:[0-9a-f]\{64\}\)$/\1/p' <<<"$out")
+    mapfile -t -O "${#pcr11[@]}" pcr11 < <(sed -n 's/^    - \([0-9a-f]\{64\}\)$/\1/p' <<<"$out")
+  done
+  ((${#ukis[@]} == $# && ${#pcr11[@]} > 0)) || die "policy predict printed no uki or pcr 11 value"
   {
-    echo "# predicted by image/build-measured.sh (scripts/vm/phase2.sh)"
+    echo "# predicted by latchkey-verifier policy predict (scripts/vm/phase2.sh)"
     echo "apiVersion: latchkey/v1"
     echo "tpm:"
+    echo "  boot:"
+    echo "    secureBoot: {allowDisabled: true}"
+    echo "    ukis: [$(IFS=,; echo "${ukis[*]}")]"
     echo "  pcrs:"
-    for idx in 4 11 12; do
-      vals=()
-      for f in "$@"; do vals+=("\"$(sed -n "s/^PCR$idx=//p" "$(dirname "$f")/layout.env")\""); done
-      echo "    \"$idx\": [$(IFS=,; echo "${vals[*]}")]"
-    done
+    echo "    \"11\": [$(IFS=,; echo "${pcr11[*]}")]"
     echo "  ekCARoots:"
     for pem in "$RUN_DIR/tpmca/issuercert.pem" "$RUN_DIR/tpmca/swtpm-localca-rootca-cert.pem"; do
       echo "  - |"
@@ -316,9 +327,9 @@ check_quoted() {
   done
 }
 
-# check_refused PCR: the agent was refused by policy, nothing was opened,
-# and the verifier's audit line names a PCR mismatch (PCR, the lowest
-# policy PCR that differs, is what the message names).
+# check_refused REASON DETAIL: the agent was refused by policy, nothing
+# was opened, and the verifier's audit line names REASON with a message
+# matching DETAIL (the component that changed).
 check_refused() {
   check "guest powered off" booted_cleanly
   check "report complete" check_done
@@ -326,7 +337,7 @@ check_refused() {
   check "disk closed" disk_closed
   check "state not mounted" serial_has 'E2E: state mount none'
   check "kubelet not started" kubelet_not_started
-  check "audit: refused PCR_MISMATCH naming pcr $1" audit_has 'result=refused' "reason=PCR_MISMATCH.*error=\"?.*pcr $1 holds"
+  check "audit: refused $1 ($2)" audit_has 'result=refused' "reason=$1.*error=\"?.*$2"
   check "audit: nothing accepted" test "$(audit_count 'result=accepted')" -eq 0
 }
 
@@ -425,11 +436,11 @@ p2_tamper_cmdline() {
   audit_mark
   boot n1 tamper-cmdline
   node_esp n1 v1
-  check_refused 4
+  check_refused COMPONENT_NOT_ALLOWED 'uki sha256:[0-9a-f]+ in pcr 4 is not allowed'
   check "guest runs the changed command line" serial_has "E2E: cmdline .*$P2_EVIL_ARG"
   check_quoted evil-cmdline
   check "pcr 11 differs from v1" test "$(quoted 11)" != "$(predicted v1 11)"
-  step_done "tampered cmdline (rebuilt UKI): refused" "$BOOT_SECS" "PCR 4 and 11 differ"
+  step_done "tampered cmdline (rebuilt UKI): refused" "$BOOT_SECS" "COMPONENT_NOT_ALLOWED: the UKI"
 }
 
 # p2_tamper_override: v1's UKI as is, with a command line the firmware
@@ -442,11 +453,11 @@ p2_tamper_override() {
   boot n1 tamper-override -- latchkey.e2e.golden
   BOOT_OVERRIDE_KERNEL='' BOOT_OVERRIDE_APPEND=''
   save_artifacts override v1
-  check_refused '(4|12)'
+  check_refused CMDLINE_NOT_ALLOWED 'kernel command line .* in pcr 12 is not allowed'
   check "guest runs the override" serial_has "E2E: cmdline .*$P2_EVIL_ARG"
   check "pcr 11 as predicted (same UKI sections)" test "$(quoted 11)" == "$(predicted v1 11)"
   check "pcr 12 holds the override" test "$(quoted 12)" != "$(predicted v1 12)"
-  step_done "cmdline override by firmware: refused" "$BOOT_SECS" "PCR 12 $(quoted 12 | cut -c1-12)…"
+  step_done "cmdline override by firmware: refused" "$BOOT_SECS" "CMDLINE_NOT_ALLOWED: PCR 12 $(quoted 12 | cut -c1-12)…"
 }
 
 # p2_other_kernel: UKI v2 (another Debian kernel) before the policy lists it.
@@ -454,10 +465,10 @@ p2_other_kernel() {
   node_esp n1 v2
   audit_mark
   boot n1 other-kernel
-  check_refused 4
+  check_refused COMPONENT_NOT_ALLOWED 'uki sha256:[0-9a-f]+ in pcr 4 is not allowed'
   check_quoted v2
   check "pcr 11 differs from v1" test "$(quoted 11)" != "$(predicted v1 11)"
-  step_done "UKI with another kernel: refused" "$BOOT_SECS" "kernel $KVER vs $KVER1"
+  step_done "UKI with another kernel: refused" "$BOOT_SECS" "COMPONENT_NOT_ALLOWED: kernel $KVER vs $KVER1"
 }
 
 # p2_upgrade: v2 listed next to v1; the same disk opens with the same key,
