@@ -242,7 +242,7 @@ func (v *Verifier) Serve(ctx context.Context) error {
 		go v.revoker.Run(ctx)
 	}
 	if v.kube != nil {
-		go runApprover(ctx, v.kube, v.bindings, v.cfg.Kubernetes, v.deps.Logger)
+		go runApprover(ctx, v.kube, v.bindings, v.store, v.cfg.Kubernetes, v.deps.Logger)
 		go runReaper(ctx, v.kube, v.Minter, v.metrics, v.deps.Logger)
 	}
 	stopAdmin := v.serveAdmin()

@@ -25,6 +25,7 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/policy"
 )
@@ -223,6 +224,47 @@ func TestDenyListStrict(t *testing.T) {
 			t.Errorf("%q: %v", body, err)
 		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
 			t.Errorf("%q: err %v, want one containing %q", body, err, want)
+		}
+	}
+}
+
+// The CSR approver is told no token for a denied node, so a CSR made with
+// its token before the deny entry arrived is not signed after.
+func TestApproverTokensOfDeniedNode(t *testing.T) {
+	store, err := binding.NewDir(binding.DirConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id := "tpm-ek:sha256:" + strings.Repeat("ab", 32)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if _, err := store.Claim(ctx, binding.Node, n, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.SetToken(ctx, n, id, "abc"+n[1:]+"de"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load := func(deny string) policy.Source {
+		snap, err := policy.Load([]byte("apiVersion: latchkey/v1\ntpm: {}\n"+deny), policy.Deps{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return policy.NewStatic(snap)
+	}
+	for _, c := range []struct {
+		deny string
+		want map[string]string
+	}{
+		{"", map[string]string{"n1": "abc1de", "n2": "abc2de"}},
+		{"deny:\n  nodeNames: [n1]\n", map[string]string{"n1": "", "n2": "abc2de"}},
+		{"deny:\n  ekPublicKeyHashes: [\"sha256:" + strings.Repeat("ab", 32) + "\"]\n", map[string]string{"n1": "", "n2": ""}},
+	} {
+		nt := app.NodeTokens{Store: store, Policy: load(c.deny)}
+		for node, want := range c.want {
+			if got, err := nt.NodeTokenID(ctx, node); err != nil || got != want {
+				t.Errorf("deny %q: token of %s = %q, %v; want %q", c.deny, node, got, err, want)
+			}
 		}
 	}
 }
