@@ -65,6 +65,8 @@ type Verifier struct {
 	kube       kubernetes.Interface
 	metrics    *metrics.Metrics
 	policyDeps policy.Deps
+	// revoker deletes the tokens of denied nodes (nil in disk-only mode).
+	revoker *service.Revoker
 }
 
 // New loads everything serve needs and fails before listening if anything
@@ -175,9 +177,16 @@ func (v *Verifier) buildServer() error {
 	if err != nil {
 		return err
 	}
+	if v.Minter != nil {
+		v.revoker, err = service.NewRevoker(service.RevokerConfig{Policy: v.store, Bindings: v.bindings,
+			Minter: v.Minter, Logger: v.deps.Logger, Metrics: v.metrics})
+		if err != nil {
+			return err
+		}
+	}
 	svc, err := service.New(service.Config{Policy: v.store, Keys: v.keys, Minter: v.Minter,
 		Bindings: v.bindings, AdoptUnbound: v.cfg.Identity.AdoptUnbound,
-		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics})
+		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics, Revoker: v.revoker})
 	if err != nil {
 		return err
 	}
@@ -229,8 +238,11 @@ func (v *Verifier) Serve(ctx context.Context) error {
 	}
 	go v.store.Run(ctx)
 	go v.serveMetrics(ctx)
+	if v.revoker != nil {
+		go v.revoker.Run(ctx)
+	}
 	if v.kube != nil {
-		go runApprover(ctx, v.kube, v.bindings, v.cfg.Kubernetes, v.deps.Logger)
+		go runApprover(ctx, v.kube, v.bindings, v.store, v.cfg.Kubernetes, v.deps.Logger)
 		go runReaper(ctx, v.kube, v.Minter, v.metrics, v.deps.Logger)
 	}
 	stopAdmin := v.serveAdmin()
@@ -292,6 +304,9 @@ func (v *Verifier) onReload(digest string, err error) {
 		return
 	}
 	v.metrics.PolicyLoaded(digest)
+	if v.revoker != nil {
+		v.revoker.Kick() // a new deny entry takes its node's token back now
+	}
 }
 
 func (v *Verifier) serveMetrics(ctx context.Context) {
