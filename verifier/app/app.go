@@ -177,7 +177,8 @@ func (v *Verifier) buildServer() error {
 	}
 	svc, err := service.New(service.Config{Policy: v.store, Keys: v.keys, Minter: v.Minter,
 		Bindings: v.bindings, AdoptUnbound: v.cfg.Identity.AdoptUnbound,
-		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics})
+		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics,
+		MaxInFlight: v.cfg.Limits.MaxJoinsInFlight})
 	if err != nil {
 		return err
 	}

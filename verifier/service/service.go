@@ -65,6 +65,10 @@ type Config struct {
 	RevokeTimeout time.Duration
 	// Metrics records joins and tokens; nil records nothing.
 	Metrics *metrics.Metrics
+	// MaxInFlight bounds the joins past their Hello at once; more are
+	// answered with RESOURCE_EXHAUSTED and a retry-after hint (default
+	// DefaultMaxInFlight; see admission.go).
+	MaxInFlight int
 }
 
 // Service implements latchkeyv1.JoinServiceServer.
@@ -72,6 +76,7 @@ type Service struct {
 	latchkeyv1.UnimplementedJoinServiceServer
 	cfg Config
 	log *slog.Logger
+	adm *admission
 }
 
 // New checks cfg and fills defaults.
@@ -94,7 +99,7 @@ func New(cfg Config) (*Service, error) {
 	cfg.JoinTimeout = orDefault(cfg.JoinTimeout, 60*time.Second)
 	cfg.AckTimeout = orDefault(cfg.AckTimeout, 10*time.Second)
 	cfg.RevokeTimeout = orDefault(cfg.RevokeTimeout, 10*time.Second)
-	return &Service{cfg: cfg, log: cfg.Logger}, nil
+	return &Service{cfg: cfg, log: cfg.Logger, adm: newAdmission(cfg.MaxInFlight, cfg.Now)}, nil
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -125,7 +130,7 @@ func (s *Service) Join(stream latchkeyv1.JoinService_JoinServer) error {
 	snap := s.cfg.Policy.Current()
 	out := &outcome{}
 	err := s.join(ctx, stream, snap, out)
-	s.audit(ctx, snap, out, err)
+	s.record(ctx, snap, out, err)
 	if err != nil {
 		return toStatus(err)
 	}
@@ -135,9 +140,15 @@ func (s *Service) Join(stream latchkeyv1.JoinService_JoinServer) error {
 func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, snap *policy.Snapshot, out *outcome) error {
 	hello, err := recvHello(ctx, stream)
 	if err != nil {
+		out.hello = auditableHello(hello)
 		return err
 	}
 	out.hello = hello
+	release, err := s.admit(stream.Context())
+	if err != nil {
+		return err
+	}
+	defer release()
 	if len(hello.GetEvidence()) > 0 {
 		d := attest.EvidenceDigest(hello.GetEvidence())
 		out.digest = "sha256:" + hex.EncodeToString(d[:])

@@ -35,14 +35,15 @@ func recv(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latch
 func recvHello(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latchkeyv1.Hello, error) {
 	m, err := recv(ctx, stream)
 	if err != nil {
-		return nil, fmt.Errorf("receive hello: %w", err)
+		return nil, fmt.Errorf("receive hello: %w", helloRecvError(err))
 	}
 	hello := m.GetHello()
 	if hello == nil {
 		return nil, attest.Refuse(latchkeyv1.Reason_MALFORMED, "first message is not a Hello")
 	}
 	if err := validateHello(hello); err != nil {
-		return nil, err
+		// The caller audits what the refused Hello said.
+		return hello, err
 	}
 	return hello, nil
 }

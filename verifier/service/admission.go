@@ -1,0 +1,190 @@
+package service
+
+import (
+	"context"
+	"net"
+	"runtime"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/peer"
+
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// Admission control for boot storms: at most Limit joins are past their
+// Hello at once. A join over the limit is answered at once with
+// RESOURCE_EXHAUSTED and a retry-after hint instead of queueing until its
+// timeout, so a storm larger than the verifier's capacity is served at the
+// verifier's own pace: admitted joins keep their unloaded latency, memory
+// stays bounded by the limit, and the others come back when a slot is
+// likely free.
+//
+// The hint is a virtual queue: each refused join is given the next free
+// place in a schedule that advances at the recent completion rate, so a
+// thousand refused agents come back spread over the time the verifier
+// needs for them rather than all at once. The agent adds jitter.
+//
+// Fairness between sources (peer IP addresses): the last quarter of the
+// slots goes only to sources holding fewer than their fair share
+// (Limit / sources in flight), so one address flooding the port cannot
+// keep every other node out.
+
+// Bounds of the retry-after hint.
+const (
+	minRetryAfter = 20 * time.Millisecond
+	maxRetryAfter = 30 * time.Second
+	// rateWindow is how far back the completion rate looks.
+	rateWindow = 5 * time.Second
+)
+
+// DefaultMaxInFlight is the admission limit when none is configured:
+// validation is CPU-bound (signature checks), so a few joins per core keep
+// every core busy while the rest wait for their challenge round trips and
+// the API server.
+func DefaultMaxInFlight() int { return 8 * runtime.GOMAXPROCS(0) }
+
+// admission holds the in-flight count per source and the completion
+// history the retry-after hint is derived from.
+type admission struct {
+	limit int
+	now   func() time.Time
+
+	mu       sync.Mutex
+	inFlight int
+	bySource map[string]int
+	// done holds recent completion times (a ring of at most 4*limit).
+	done []time.Time
+	// next is the virtual queue's tail: when the last refused join was
+	// told to come back.
+	next time.Time
+}
+
+func newAdmission(limit int, now func() time.Time) *admission {
+	if limit <= 0 {
+		limit = DefaultMaxInFlight()
+	}
+	return &admission{limit: limit, now: now, bySource: map[string]int{}}
+}
+
+// errOverloaded is the refusal of a join over the admission limit.
+type errOverloaded struct{ retryAfter time.Duration }
+
+func (e *errOverloaded) Error() string {
+	return "verifier at its admission limit, retry in " + e.retryAfter.Round(time.Millisecond).String()
+}
+
+// sourceOf is the peer's IP address ("" when unknown: one shared source).
+func sourceOf(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+		return host
+	}
+	return p.Addr.String()
+}
+
+// acquire takes a slot for src or returns *errOverloaded with the hint.
+// The release function must be called once the join ends.
+func (a *admission) acquire(src string) (func(), error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.admits(src) {
+		a.inFlight++
+		a.bySource[src]++
+		return func() { a.release(src) }, nil
+	}
+	return nil, &errOverloaded{retryAfter: a.retryAfterLocked()}
+}
+
+// admits reports whether src may take a slot now.
+func (a *admission) admits(src string) bool {
+	if a.inFlight >= a.limit {
+		return false
+	}
+	reserved := a.limit / 4
+	if a.inFlight < a.limit-reserved {
+		return true
+	}
+	sources := len(a.bySource)
+	if a.bySource[src] == 0 {
+		sources++
+	}
+	return a.bySource[src] < max(1, a.limit/sources)
+}
+
+func (a *admission) release(src string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inFlight--
+	if a.bySource[src]--; a.bySource[src] <= 0 {
+		delete(a.bySource, src)
+	}
+	if len(a.done) >= 4*a.limit {
+		copy(a.done, a.done[1:])
+		a.done = a.done[:len(a.done)-1]
+	}
+	a.done = append(a.done, a.now())
+}
+
+// rateLocked is completions per second over the last rateWindow; with no
+// history, the limit per second (as if a join took a second).
+func (a *admission) rateLocked(now time.Time) float64 {
+	cut := now.Add(-rateWindow)
+	n := 0
+	var oldest time.Time
+	for i := len(a.done) - 1; i >= 0 && a.done[i].After(cut); i-- {
+		n++
+		oldest = a.done[i]
+	}
+	if n < 2 {
+		return float64(a.limit)
+	}
+	span := now.Sub(oldest)
+	if span < 100*time.Millisecond {
+		span = 100 * time.Millisecond
+	}
+	return float64(n) / span.Seconds()
+}
+
+// retryAfterLocked places one more refused join at the tail of the
+// virtual queue, 1/rate after the one before it.
+func (a *admission) retryAfterLocked() time.Duration {
+	now := a.now()
+	step := time.Duration(float64(time.Second) / a.rateLocked(now))
+	if a.next.Before(now) {
+		a.next = now
+	}
+	a.next = a.next.Add(step)
+	d := a.next.Sub(now)
+	if d > maxRetryAfter {
+		// The queue is longer than a client should wait for one answer:
+		// stop growing it, so the tail does not drift ever further out.
+		a.next = now.Add(maxRetryAfter)
+		d = maxRetryAfter
+	}
+	return max(d, minRetryAfter)
+}
+
+// admit is the join's admission step, after its Hello: nil and a release
+// function, or a refusal the agent retries after the hint.
+func (s *Service) admit(ctx context.Context) (func(), error) {
+	release, err := s.adm.acquire(sourceOf(ctx))
+	if err != nil {
+		s.cfg.Metrics.AdmissionRefused()
+		return nil, err
+	}
+	s.cfg.Metrics.InFlight(1)
+	return func() { s.cfg.Metrics.InFlight(-1); release() }, nil
+}
+
+// overloadedRefusal is the detail toStatus sends for *errOverloaded.
+func overloadedRefusal(e *errOverloaded) *latchkeyv1.Refusal {
+	return &latchkeyv1.Refusal{
+		Reason:       latchkeyv1.Reason_UNAVAILABLE,
+		Detail:       "verifier busy: retry after the hint",
+		RetryAfterMs: uint32(e.retryAfter.Milliseconds()),
+	}
+}
