@@ -53,7 +53,7 @@ type admission struct {
 	mu       sync.Mutex
 	inFlight int
 	bySource map[string]int
-	// done holds recent completion times (a ring of at most 4*limit).
+	// done holds recent completion times (at most max(4*limit, 64)).
 	done []time.Time
 	// next is the virtual queue's tail: when the last refused join was
 	// told to come back.
@@ -122,7 +122,7 @@ func (a *admission) release(src string) {
 	if a.bySource[src]--; a.bySource[src] <= 0 {
 		delete(a.bySource, src)
 	}
-	if len(a.done) >= 4*a.limit {
+	if len(a.done) >= max(4*a.limit, 64) {
 		copy(a.done, a.done[1:])
 		a.done = a.done[:len(a.done)-1]
 	}
@@ -146,7 +146,9 @@ func (a *admission) rateLocked(now time.Time) float64 {
 	if span < 100*time.Millisecond {
 		span = 100 * time.Millisecond
 	}
-	return float64(n) / span.Seconds()
+	// n completions mark n-1 intervals since the oldest; a stall (no
+	// completion lately) stretches the span and lowers the rate.
+	return float64(n-1) / span.Seconds()
 }
 
 // retryAfterLocked places one more refused join at the tail of the
