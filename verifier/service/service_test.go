@@ -425,8 +425,10 @@ func TestOversizedMessageRefusedByTransport(t *testing.T) {
 	h.Evidence = make([]byte, service.MaxMessageSize+1)
 	s.Send(helloMsg(h))
 	_, err := s.Recv()
-	if status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("err = %v, want ResourceExhausted", err)
+	// codec.go: refused by the handler with a Refusal, not by grpc.
+	if code, r := statusReason(t, err); code != codes.InvalidArgument || r != latchkeyv1.Reason_MALFORMED ||
+		!strings.Contains(err.Error(), "bytes, limit 270336") {
+		t.Fatalf("err = %v, want InvalidArgument MALFORMED naming the limit", err)
 	}
 }
 

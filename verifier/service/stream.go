@@ -25,6 +25,11 @@ func recv(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latch
 	}()
 	select {
 	case r := <-ch:
+		if r.err == nil {
+			if err := transportRefusal(r.msg); err != nil {
+				return nil, err
+			}
+		}
 		return r.msg, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
