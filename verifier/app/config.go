@@ -69,7 +69,7 @@ type Limits struct {
 	// MaxJoinsInFlight bounds the joins being validated, bound and issued
 	// at once (default 8 x GOMAXPROCS). Past it a join is answered at once
 	// with RESOURCE_EXHAUSTED and a retry-after hint derived from the
-	// verifier's recent completion rate, instead of queueing until its
+	// verifier's throughput (slots / mean slot time), instead of queueing until its
 	// timeout; the last quarter of the slots is kept for sources (IP
 	// addresses) below their fair share.
 	MaxJoinsInFlight int `json:"maxJoinsInFlight,omitempty"`

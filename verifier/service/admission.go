@@ -21,9 +21,10 @@ import (
 // likely free.
 //
 // The hint is a virtual queue: each refused join is given the next free
-// place in a schedule that advances at the recent completion rate, so a
-// thousand refused agents come back spread over the time the verifier
-// needs for them rather than all at once. The agent adds jitter.
+// place in a schedule that advances at the verifier's throughput (Limit
+// over the mean time a join holds its slot), so a thousand refused agents
+// come back spread over the time the verifier needs for them rather than
+// all at once. The agent adds jitter.
 //
 // Fairness between sources (peer IP addresses): the last quarter of the
 // slots goes only to sources holding fewer than their fair share
@@ -34,8 +35,10 @@ import (
 const (
 	minRetryAfter = 20 * time.Millisecond
 	maxRetryAfter = 30 * time.Second
-	// rateWindow is how far back the completion rate looks.
-	rateWindow = 5 * time.Second
+	// defaultHold is the assumed slot time before any join ended.
+	defaultHold = 100 * time.Millisecond
+	// holdWeight is the weight of the latest join in meanHold.
+	holdWeight = 0.05
 )
 
 // DefaultMaxInFlight is the admission limit when none is configured:
@@ -53,8 +56,8 @@ type admission struct {
 	mu       sync.Mutex
 	inFlight int
 	bySource map[string]int
-	// done holds recent completion times (at most max(4*limit, 64)).
-	done []time.Time
+	// meanHold is the weighted mean time a join holds its slot.
+	meanHold time.Duration
 	// next is the virtual queue's tail: when the last refused join was
 	// told to come back.
 	next time.Time
@@ -94,7 +97,8 @@ func (a *admission) acquire(src string) (func(), error) {
 	if a.admits(src) {
 		a.inFlight++
 		a.bySource[src]++
-		return func() { a.release(src) }, nil
+		start := a.now()
+		return func() { a.release(src, start) }, nil
 	}
 	return nil, &errOverloaded{retryAfter: a.retryAfterLocked()}
 }
@@ -115,47 +119,40 @@ func (a *admission) admits(src string) bool {
 	return a.bySource[src] < max(1, a.limit/sources)
 }
 
-func (a *admission) release(src string) {
+func (a *admission) release(src string, start time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.inFlight--
 	if a.bySource[src]--; a.bySource[src] <= 0 {
 		delete(a.bySource, src)
 	}
-	if len(a.done) >= max(4*a.limit, 64) {
-		copy(a.done, a.done[1:])
-		a.done = a.done[:len(a.done)-1]
+	held := a.now().Sub(start)
+	if a.meanHold <= 0 {
+		a.meanHold = held
+	} else {
+		a.meanHold += time.Duration(holdWeight * float64(held-a.meanHold))
 	}
-	a.done = append(a.done, a.now())
 }
 
-// rateLocked is completions per second over the last rateWindow; with no
-// history, the limit per second (as if a join took a second).
-func (a *admission) rateLocked(now time.Time) float64 {
-	cut := now.Add(-rateWindow)
-	n := 0
-	var oldest time.Time
-	for i := len(a.done) - 1; i >= 0 && a.done[i].After(cut); i-- {
-		n++
-		oldest = a.done[i]
+// rateLocked is the verifier's throughput when every slot is taken,
+// which is whenever a join is refused: by Little's law, the limit over the
+// mean time a join holds its slot (an exponentially weighted mean over
+// recent joins; 100 ms before any). It does not fall when the refused
+// agents are away, as a count of recent completions would: that feedback
+// sent agents ever further out while the verifier sat idle.
+func (a *admission) rateLocked() float64 {
+	hold := a.meanHold
+	if hold <= 0 {
+		hold = defaultHold
 	}
-	if n < 2 {
-		return float64(a.limit)
-	}
-	span := now.Sub(oldest)
-	if span < 100*time.Millisecond {
-		span = 100 * time.Millisecond
-	}
-	// n completions mark n-1 intervals since the oldest; a stall (no
-	// completion lately) stretches the span and lowers the rate.
-	return float64(n-1) / span.Seconds()
+	return float64(a.limit) / hold.Seconds()
 }
 
 // retryAfterLocked places one more refused join at the tail of the
 // virtual queue, 1/rate after the one before it.
 func (a *admission) retryAfterLocked() time.Duration {
 	now := a.now()
-	step := time.Duration(float64(time.Second) / a.rateLocked(now))
+	step := time.Duration(float64(time.Second) / a.rateLocked())
 	if a.next.Before(now) {
 		a.next = now
 	}

@@ -6,18 +6,19 @@ import (
 	"time"
 )
 
-// The hint is a virtual queue advancing at the completion rate: with 10
-// completions a second, successive refusals are told 100 ms, 200 ms, ...
-// and the queue drains as time passes.
-func TestRetryAfterFollowsCompletionRate(t *testing.T) {
+// The hint is a virtual queue advancing at the verifier's throughput: two
+// slots, each join holding one for 200 ms, is 10 joins a second, so
+// successive refusals are told 100 ms, 200 ms, ... and the queue drains
+// as time passes (without the rate falling while nobody completes).
+func TestRetryAfterFollowsThroughput(t *testing.T) {
 	now := time.Unix(1000, 0)
 	a := newAdmission(2, func() time.Time { return now })
-	for range 11 { // 11 completions 100 ms apart: 10/s over the window
+	for range 11 {
 		rel, err := a.acquire("10.0.0.1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		now = now.Add(100 * time.Millisecond)
+		now = now.Add(200 * time.Millisecond)
 		rel()
 	}
 	r1, _ := a.acquire("10.0.0.1")
@@ -37,13 +38,12 @@ func TestRetryAfterFollowsCompletionRate(t *testing.T) {
 			t.Fatalf("hints %v, want about %v", hints, want)
 		}
 	}
-	// A second without completions: the queue's tail is in the past, and
-	// the stall halves the rate (10 intervals over 2 s).
+	// A second later the queue's tail is in the past: one step again.
 	now = now.Add(time.Second)
 	_, err := a.acquire("10.0.0.3")
 	var o *errOverloaded
-	if !errors.As(err, &o) || o.retryAfter < 195*time.Millisecond || o.retryAfter > 205*time.Millisecond {
-		t.Fatalf("after the queue drained: %v, want one step of 200ms", err)
+	if !errors.As(err, &o) || o.retryAfter < 95*time.Millisecond || o.retryAfter > 105*time.Millisecond {
+		t.Fatalf("after the queue drained: %v, want one step of 100ms", err)
 	}
 	r1()
 	r2()
@@ -57,14 +57,14 @@ func TestRetryAfterBounded(t *testing.T) {
 	rel, _ := a.acquire("a")
 	defer rel()
 	var last time.Duration
-	for range 100 {
+	for range 400 { // 100 ms each at the default slot time: 40 s
 		_, err := a.acquire("b")
 		var o *errOverloaded
 		errors.As(err, &o)
 		last = o.retryAfter
 	}
 	if last != maxRetryAfter {
-		t.Fatalf("hint %v after 100 refusals, want the bound %v", last, maxRetryAfter)
+		t.Fatalf("hint %v after 400 refusals, want the bound %v", last, maxRetryAfter)
 	}
 }
 

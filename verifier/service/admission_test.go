@@ -63,7 +63,7 @@ func TestAdmissionLimitRefusesWithRetryAfter(t *testing.T) {
 	if r == nil || r.GetReason() != latchkeyv1.Reason_UNAVAILABLE || r.GetDetail() != "verifier busy: retry after the hint" {
 		t.Fatalf("refusal %v, want UNAVAILABLE 'verifier busy: retry after the hint'", r)
 	}
-	// No completion yet: the rate is assumed to be the limit per second.
+	// No join ended yet: a slot time of 100 ms is assumed.
 	if ms := r.GetRetryAfterMs(); ms < 20 || ms > 30000 {
 		t.Fatalf("retry_after_ms = %d, want within [20, 30000]", ms)
 	}

@@ -290,7 +290,7 @@ type Refusal struct {
 	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
 	// Set with RESOURCE_EXHAUSTED: the verifier is at its admission limit
 	// and asks the agent to retry after about this many milliseconds (the
-	// agent adds jitter). Derived from the verifier's recent throughput.
+	// agent adds jitter). Derived from the verifier's current throughput.
 	RetryAfterMs  uint32 `protobuf:"varint,3,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

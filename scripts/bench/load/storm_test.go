@@ -43,6 +43,7 @@ type stormResult struct {
 	hintTotal           time.Duration
 	rssPeak             int64 // KiB
 	cpu                 cpuWindow
+	firstFail           atomic.Value // error
 }
 
 func (r *result) runStorm(ctx context.Context, b *testing.B, v *verifierProc, f *fleet) {
@@ -104,7 +105,10 @@ func (f *fleet) storm(ctx context.Context, st *stormResult, n int, rate float64)
 					j.hintedAt, j.hint = time.Now(), d
 					j.mu.Unlock()
 				},
-				OnAttemptFailed: func(error) { fails.Add(1) },
+				OnAttemptFailed: func(err error) {
+					fails.Add(1)
+					st.firstFail.CompareAndSwap(nil, err)
+				},
 			})
 			if err != nil {
 				rec.add(0, err)
@@ -158,6 +162,9 @@ func (r *result) printStorm(w io.Writer) {
 	}
 	fmt.Fprintf(w, "storm: %d attempts, %d retry-after hints honoured (mean hint %.0f ms), %d retries earlier than their hint, %d failed attempts\n",
 		st.attempts, st.hints, ms(mean), st.early, st.fails)
+	if e, ok := st.firstFail.Load().(error); ok {
+		fmt.Fprintf(w, "storm: first failed attempt (retried): %v\n", e)
+	}
 	fmt.Fprintf(w, "storm: verifier cpu %.2f s, %.0f us per admitted join; rss peak %.1f MiB (idle %.1f MiB)\n",
 		st.cpu.self.Seconds(), float64(st.cpu.self.Microseconds())/float64(max(1, len(p.lat))), float64(st.rssPeak)/1024, float64(r.rssIdle)/1024)
 }
