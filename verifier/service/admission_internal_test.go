@@ -7,8 +7,8 @@ import (
 )
 
 // The hint is a virtual queue advancing at the verifier's throughput: two
-// slots, each join holding one for 200 ms, is 10 joins a second, so
-// successive refusals are told 100 ms, 200 ms, ... and the queue drains
+// slots, each join holding one for 400 ms, is 5 joins a second, overbooked
+// to 10, so successive refusals are told 100 ms, 200 ms, ... and the queue drains
 // as time passes (without the rate falling while nobody completes).
 func TestRetryAfterFollowsThroughput(t *testing.T) {
 	now := time.Unix(1000, 0)
@@ -18,7 +18,7 @@ func TestRetryAfterFollowsThroughput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		now = now.Add(200 * time.Millisecond)
+		now = now.Add(400 * time.Millisecond)
 		rel()
 	}
 	r1, _ := a.acquire("10.0.0.1")
@@ -57,7 +57,7 @@ func TestRetryAfterBounded(t *testing.T) {
 	rel, _ := a.acquire("a")
 	defer rel()
 	var last time.Duration
-	for range 400 { // 100 ms each at the default slot time: 40 s
+	for range 400 { // 50 ms each at the default slot time: 20 s
 		_, err := a.acquire("b")
 		var o *errOverloaded
 		errors.As(err, &o)

@@ -65,7 +65,7 @@ type Config struct {
 	RevokeTimeout time.Duration
 	// Metrics records joins and tokens; nil records nothing.
 	Metrics *metrics.Metrics
-	// MaxInFlight bounds the joins past their Hello at once; more are
+	// MaxInFlight bounds the joins between Hello and ticket at once; more are
 	// answered with RESOURCE_EXHAUSTED and a retry-after hint (default
 	// DefaultMaxInFlight; see admission.go).
 	MaxInFlight int
@@ -121,6 +121,8 @@ type outcome struct {
 	boundIdentity string
 	// adopted names the kinds of record this rejoin adopted.
 	adopted []string
+	// slot gives back the admission slot (admission.go); once.
+	slot func()
 }
 
 // Join runs one join attempt on the stream.
@@ -148,7 +150,8 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 	if err != nil {
 		return err
 	}
-	defer release()
+	out.slot = release
+	defer out.releaseSlot()
 	if len(hello.GetEvidence()) > 0 {
 		d := attest.EvidenceDigest(hello.GetEvidence())
 		out.digest = "sha256:" + hex.EncodeToString(d[:])
