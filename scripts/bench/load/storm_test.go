@@ -154,6 +154,10 @@ func (r *result) printStorm(w io.Writer) {
 	if r.serial != nil {
 		base = fmt.Sprintf("%.1f ms (ratio %.2f)", ms(r.serial.pct(0.99)), float64(pctOf(st.admitted, 0.99))/float64(r.serial.pct(0.99)))
 	}
+	fmt.Fprintf(w, "storm: verifier's validation of the %d accepted joins p50 %.2f ms p99 %.2f ms; closed loop (%d joins) p50 %.2f ms p99 %.2f ms (p99 ratio storm/closed %.2f)\n",
+		st.cpu.after.Validations, st.cpu.after.ValidationP50Ms, st.cpu.after.ValidationP99Ms,
+		r.closedCPU.after.Validations, r.closedCPU.after.ValidationP50Ms, r.closedCPU.after.ValidationP99Ms,
+		st.cpu.after.ValidationP99Ms/r.closedCPU.after.ValidationP99Ms)
 	fmt.Fprintf(w, "storm: admitted attempt alone (dial to ticket) p50 %.1f ms p99 %.1f ms; one-agent p99 %s\n",
 		ms(pctOf(st.admitted, 0.5)), ms(pctOf(st.admitted, 0.99)), base)
 	mean := time.Duration(0)
