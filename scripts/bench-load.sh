@@ -20,6 +20,8 @@
 #       closed-loop rate, each a new node (admission control and
 #       retry-after); 0 = none              (LATCHKEY_LOAD_STORM_FACTOR, 3)
 #   -T  arrival window of the storm        (LATCHKEY_LOAD_STORM_TIME, 10s)
+#   -a  the verifier's limits.maxJoinsInFlight; 0 = its default
+#                                         (LATCHKEY_LOAD_MAX_IN_FLIGHT, 0)
 #   -p  write the verifier's CPU profile of the closed loop there (of the
 #       paced phase to PROFILE_FILE.paced) and print the closed loop's top
 #       functions                         (LATCHKEY_LOAD_CPUPROFILE)
@@ -41,7 +43,8 @@ paced_time=${LATCHKEY_LOAD_PACED_TIME:-15s}
 profile=${LATCHKEY_LOAD_CPUPROFILE:-}
 storm=${LATCHKEY_LOAD_STORM_FACTOR:-3}
 storm_time=${LATCHKEY_LOAD_STORM_TIME:-10s}
-while getopts c:n:w:r:t:s:T:p:h opt; do
+inflight=${LATCHKEY_LOAD_MAX_IN_FLIGHT:-0}
+while getopts c:n:w:r:t:s:T:a:p:h opt; do
   case $opt in
     c) agents=$OPTARG ;;
     n) joins=$OPTARG ;;
@@ -50,8 +53,9 @@ while getopts c:n:w:r:t:s:T:p:h opt; do
     t) paced_time=$OPTARG ;;
     s) storm=$OPTARG ;;
     T) storm_time=$OPTARG ;;
+    a) inflight=$OPTARG ;;
     p) profile=$OPTARG ;;
-    *) sed -n '2,30p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,32p' "$0" >&2; exit 2 ;;
   esac
 done
 
@@ -62,7 +66,7 @@ go test -c -o "$bin" ./scripts/bench/load
 args=(-test.run '^$' -test.bench '^BenchmarkSNPLoad$' -test.benchtime 1x -test.timeout 10m
   -load.concurrency "$agents" -load.joins "$joins" -load.warmup "$warmup"
   -load.paced-rate "$rate" -load.paced-time "$paced_time"
-  -load.storm-factor "$storm" -load.storm-time "$storm_time")
+  -load.storm-factor "$storm" -load.storm-time "$storm_time" -load.max-in-flight "$inflight")
 if [[ -n $profile ]]; then
   profile=$(realpath -m "$profile")
   args+=(-load.cpuprofile "$profile")

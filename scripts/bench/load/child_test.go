@@ -53,7 +53,7 @@ func writeVerifierFiles(tb testing.TB, dir string, s *snptest.Signer) string {
 			// Every agent here is 127.0.0.1: the per-source bound (256)
 			// would refuse a storm's connections at accept, which real
 			// fleets (one address per node) never see.
-			"limits": map[string]any{"maxConnectionsPerSource": 4096},
+			"limits": map[string]any{"maxConnectionsPerSource": 4096, "maxJoinsInFlight": *flagMaxInFlight},
 		},
 	}
 	for name, v := range files {

@@ -31,6 +31,7 @@ import (
 var (
 	flagStormFactor = flag.Float64("load.storm-factor", 3, "offered load of the storm phase, times the closed-loop rate (0: no storm)")
 	flagStormTime   = flag.Duration("load.storm-time", 10*time.Second, "arrival window of the storm phase")
+	flagMaxInFlight = flag.Int("load.max-in-flight", 0, "the verifier's limits.maxJoinsInFlight (0: its default, 8 x GOMAXPROCS)")
 )
 
 type stormResult struct {
