@@ -4,9 +4,12 @@
 // the disk key, mints a bootstrap token when the node needs one, records
 // the token on the node's binding, and hands the ticket over.
 //
-// Every join ends in exactly one audit line (node, variant, evidence digest,
-// result, reason) and, when refused, a gRPC status carrying a
-// latchkeyv1.Refusal with the same reason. No key is released and no token
+// Every join that sent a Hello and was admitted ends in exactly one audit
+// line (node, disk, role, request_token, variant, evidence digest, result,
+// reason) and, when refused, a gRPC status carrying a latchkeyv1.Refusal
+// with the same reason. Joins refused at admission (admission.go) and
+// streams that end before a Hello are counted in metrics instead
+// (honest.go): a flood of either costs no log volume. No key is released and no token
 // is left behind on any failure: a token minted for a ticket the agent never
 // acknowledged is revoked.
 package service
