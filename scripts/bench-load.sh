@@ -7,7 +7,8 @@
 # the verifier's RSS. See scripts/bench/load for how.
 #
 #   scripts/bench-load.sh [-c AGENTS] [-n JOINS] [-w WARMUP] [-r PACED_RATE]
-#                         [-t PACED_TIME] [-p PROFILE_FILE]
+#                         [-t PACED_TIME] [-s STORM_FACTOR] [-T STORM_TIME]
+#                         [-p PROFILE_FILE]
 #
 #   -c  concurrent agents                 (LATCHKEY_LOAD_CONCURRENCY, 256)
 #   -n  joins in the measured closed loop (LATCHKEY_LOAD_JOINS, 6000)
@@ -15,6 +16,12 @@
 #   -r  joins/s of the paced phase; 0 = half the closed-loop rate, -1 = none
 #                                         (LATCHKEY_LOAD_PACED_RATE, 0)
 #   -t  length of the paced phase         (LATCHKEY_LOAD_PACED_TIME, 15s)
+#   -s  storm phase: joins arrive open-loop at this multiple of the
+#       closed-loop rate, each a new node (admission control and
+#       retry-after); 0 = none              (LATCHKEY_LOAD_STORM_FACTOR, 3)
+#   -T  arrival window of the storm        (LATCHKEY_LOAD_STORM_TIME, 10s)
+#   -a  the verifier's limits.maxJoinsInFlight; 0 = its default
+#                                         (LATCHKEY_LOAD_MAX_IN_FLIGHT, 0)
 #   -p  write the verifier's CPU profile of the closed loop there (of the
 #       paced phase to PROFILE_FILE.paced) and print the closed loop's top
 #       functions                         (LATCHKEY_LOAD_CPUPROFILE)
@@ -34,15 +41,21 @@ warmup=${LATCHKEY_LOAD_WARMUP:-512}
 rate=${LATCHKEY_LOAD_PACED_RATE:-0}
 paced_time=${LATCHKEY_LOAD_PACED_TIME:-15s}
 profile=${LATCHKEY_LOAD_CPUPROFILE:-}
-while getopts c:n:w:r:t:p:h opt; do
+storm=${LATCHKEY_LOAD_STORM_FACTOR:-3}
+storm_time=${LATCHKEY_LOAD_STORM_TIME:-10s}
+inflight=${LATCHKEY_LOAD_MAX_IN_FLIGHT:-0}
+while getopts c:n:w:r:t:s:T:a:p:h opt; do
   case $opt in
     c) agents=$OPTARG ;;
     n) joins=$OPTARG ;;
     w) warmup=$OPTARG ;;
     r) rate=$OPTARG ;;
     t) paced_time=$OPTARG ;;
+    s) storm=$OPTARG ;;
+    T) storm_time=$OPTARG ;;
+    a) inflight=$OPTARG ;;
     p) profile=$OPTARG ;;
-    *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,32p' "$0" >&2; exit 2 ;;
   esac
 done
 
@@ -52,7 +65,8 @@ go test -c -o "$bin" ./scripts/bench/load
 
 args=(-test.run '^$' -test.bench '^BenchmarkSNPLoad$' -test.benchtime 1x -test.timeout 10m
   -load.concurrency "$agents" -load.joins "$joins" -load.warmup "$warmup"
-  -load.paced-rate "$rate" -load.paced-time "$paced_time")
+  -load.paced-rate "$rate" -load.paced-time "$paced_time"
+  -load.storm-factor "$storm" -load.storm-time "$storm_time" -load.max-in-flight "$inflight")
 if [[ -n $profile ]]; then
   profile=$(realpath -m "$profile")
   args+=(-load.cpuprofile "$profile")

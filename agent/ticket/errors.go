@@ -2,6 +2,7 @@ package ticket
 
 import (
 	"errors"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,6 +23,9 @@ type RefusedError struct {
 	Code   codes.Code
 	Reason latchkeyv1.Reason
 	Detail string
+	// RetryAfter is the verifier's hint when it was at its admission
+	// limit (gRPC RESOURCE_EXHAUSTED): come back after about this long.
+	RetryAfter time.Duration
 }
 
 func (e *RefusedError) Error() string {
@@ -47,7 +51,7 @@ func fromStatus(err error) error {
 	}
 	for _, d := range st.Details() {
 		if r, ok := d.(*latchkeyv1.Refusal); ok {
-			return &RefusedError{Code: st.Code(), Reason: r.GetReason(), Detail: r.GetDetail()}
+			return &RefusedError{Code: st.Code(), Reason: r.GetReason(), Detail: r.GetDetail(), RetryAfter: retryAfter(st.Code(), r)}
 		}
 	}
 	return err

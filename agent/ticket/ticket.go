@@ -61,11 +61,14 @@ type Config struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// OnAttempt is told of each attempt (for STATUS= lines); optional.
 	OnAttempt func(endpoint string, attempt int)
-	// OnAttemptFailed is told why an attempt failed; optional.
+	// OnAttemptFailed is told why an attempt failed; optional. A verifier
+	// busy at its admission limit is not a failure: OnBusy is told instead.
 	OnAttemptFailed func(err error)
 	// OnTicket is told of each ticket received and acknowledged (what the
 	// "ticket received" line logs); optional.
 	OnTicket func(Received)
+	// OnBusy is told of each retry-after hint honoured; optional.
+	OnBusy func(retryAfter time.Duration)
 	// Start picks the endpoint the first attempt goes to, from 0 to n-1
 	// (default: at random, so a fleet spreads over the replicas instead of
 	// all starting at the first one).
@@ -124,6 +127,7 @@ func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, e
 	defer cancel()
 	var last error
 	start := c.cfg.Start(len(c.cfg.Endpoints))
+	fails := 0 // failed attempts, the exponent of the backoff
 	for n := 0; ; n++ {
 		ep := c.cfg.Endpoints[(start+n)%len(c.cfg.Endpoints)]
 		if c.cfg.OnAttempt != nil {
@@ -132,6 +136,23 @@ func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, e
 		t, err := c.attempt(ctx, ep, req)
 		if err == nil {
 			return t, nil
+		}
+		if wait, ok := busy(err); ok {
+			// Honour the verifier's hint (with jitter); it is not a
+			// failure, only time spent.
+			if last == nil || ctx.Err() == nil {
+				last = err
+			}
+			if c.cfg.OnBusy != nil {
+				c.cfg.OnBusy(wait)
+			}
+			wait = jitterHint(wait)
+			c.cfg.Logger.Info("verifier busy, retrying after its hint", "endpoint", ep, "attempt", n+1,
+				"retry_in", wait.Round(time.Millisecond).String())
+			if ctx.Err() != nil || c.cfg.Sleep(ctx, wait) != nil {
+				return nil, c.stopped(parent, last)
+			}
+			continue
 		}
 		if last == nil || ctx.Err() == nil {
 			// An attempt cut short by the total deadline says less than the
@@ -146,17 +167,23 @@ func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, e
 			// so stop instead of retrying for the whole timeout.
 			return nil, fmt.Errorf("evidence device failed: %w", err)
 		}
-		wait := c.backoff(n, err)
+		wait := c.backoff(fails, err)
+		fails++
 		c.cfg.Logger.Warn("join attempt failed", "endpoint", ep, "attempt", n+1,
 			"reason", reasonString(err), "error", err.Error(), "retry_in", wait.Round(time.Millisecond).String())
 		if ctx.Err() != nil || c.cfg.Sleep(ctx, wait) != nil {
-			if parent.Err() != nil {
-				// Stopped (SIGTERM), not timed out: say so.
-				return nil, fmt.Errorf("%w before a ticket arrived (last attempt: %v)", ErrStopped, last)
-			}
-			return nil, giveUp(last, c.cfg.Timeout)
+			return nil, c.stopped(parent, last)
 		}
 	}
+}
+
+// stopped is the error of a Get whose wait was cut short.
+func (c *Client) stopped(parent context.Context, last error) error {
+	if parent.Err() != nil {
+		// Stopped (SIGTERM), not timed out: say so.
+		return fmt.Errorf("%w before a ticket arrived (last attempt: %v)", ErrStopped, last)
+	}
+	return giveUp(last, c.cfg.Timeout)
 }
 
 // backoff is full jitter over an exponential ceiling for transient

@@ -381,12 +381,14 @@ func TestRefusals(t *testing.T) {
 			want: latchkeyv1.Reason_MALFORMED,
 		},
 		{
-			name:   "ak swapped for another tpm's key: activation fails",
+			// The quote was signed by the real AK: the swapped key is
+			// refused at the signature, before any activation.
+			name:   "ak swapped for another tpm's key: the quote does not verify",
 			policy: f.hashPolicy,
 			mutate: func(ev *latchkeyv1.TPMEvidence, _ *[]byte, _ *attest.RoundTrip) {
 				ev.AkPublic = craftedAKPublic(t, true)
 			},
-			want: latchkeyv1.Reason_ACTIVATION_FAILED,
+			want: latchkeyv1.Reason_BAD_SIGNATURE,
 		},
 		{
 			name:   "tampered signature",

@@ -109,32 +109,39 @@ func (v *Validator) Validate(ctx context.Context, evidenceBytes, binding []byte,
 //     TPM-generated TPMS_ATTEST of type quote, PCR indices 0..23 with
 //     32-byte values, a systemd log only with a firmware log, the PCR
 //     signature JSON (decodePCRSignature).
-//  2. AK trust (UNTRUSTED_AK, then ACTIVATION_FAILED): the policy must
-//     trust something, and the AK must be a restricted, signing-only,
-//     fixedTPM, fixedParent, sensitiveDataOrigin ECC P-256 key (a point
-//     off the curve is MALFORMED). A pinned AK (akPublicKeyHashes) is
-//     then trusted as is. Otherwise the EK public area (canonically
-//     encoded) and certificate are decoded (MALFORMED); the EK must be an RSA-2048 restricted decryption key
-//     that is allow-listed (ekPublicKeyHashes) or certified for the same
-//     key by an EK certificate chaining to ekCARoots; and the agent must
-//     activate a credential made for the AK's name under that EK, through
-//     rt (see activateAK for how round-trip failures map).
-//  3. Quote signature (BAD_SIGNATURE): ECDSA-SHA256 by the AK over the
+//  2. AK key (UNTRUSTED_AK): the policy must trust something, and the AK
+//     must be a restricted, signing-only, fixedTPM, fixedParent,
+//     sensitiveDataOrigin ECC P-256 key (a point off the curve is
+//     MALFORMED).
+//  3. Quote signature (BAD_SIGNATURE): ECDSA-SHA256 by that AK over the
 //     quote bytes.
-//  4. PCR values: the quote must select exactly the SHA-256 PCRs the
+//  4. Binding (BINDING_MISMATCH): the quote's qualifying data must equal
+//     binding, so the evidence belongs to this TLS session and Hello.
+//  5. AK trust (UNTRUSTED_AK, then ACTIVATION_FAILED): a pinned AK
+//     (akPublicKeyHashes) is trusted as is. Otherwise the EK public area
+//     (canonically encoded) and certificate are decoded (MALFORMED); the
+//     EK must be an RSA-2048 restricted decryption key that is
+//     allow-listed (ekPublicKeyHashes) or certified for the same key by an
+//     EK certificate chaining to ekCARoots; and the agent must activate a
+//     credential made for the AK's name under that EK, through rt (see
+//     activateAK for how round-trip failures map).
+//  6. PCR values: the quote must select exactly the SHA-256 PCRs the
 //     evidence carries (MALFORMED), and their values must hash to the
 //     quoted PCR digest (PCR_MISMATCH).
-//  5. Binding (BINDING_MISMATCH): the quote's qualifying data must equal
-//     binding, so the evidence belongs to this TLS session and Hello.
-//  6. Event logs (MALFORMED, EVENT_LOG_MISMATCH), when the evidence has a
+//  7. Event logs (MALFORMED, EVENT_LOG_MISMATCH), when the evidence has a
 //     firmware log: replayed against the quoted PCRs (verifyBoot lists
 //     its checks) into State.Boot.
 //
-// Trust comes before the signature so that nothing an untrusted key signed
-// is even looked at; the binding comes after the signature because
-// qualifying data is only meaningful once the TPM is known to have signed
-// it; the logs come last because only quoted, signed, bound PCRs make a
-// replay mean anything. Every failure is an *attest.Refusal.
+// The cheapest refusal comes first: evidence replayed on another session
+// (no TPM needed to send it) is refused as BINDING_MISMATCH after one
+// signature check, before any EK-chain work, MakeCredential or challenge
+// round trip. The binding comes after the signature because qualifying
+// data is only meaningful once the AK is known to have signed it; until
+// step 5 accepts the AK, nothing in the quote but its signature and
+// qualifying data is looked at, and a refusal before step 5 releases
+// nothing. The logs come last because only quoted, signed, bound PCRs of
+// a trusted AK make a replay mean anything. Every failure is an
+// *attest.Refusal.
 func (v *Validator) Verify(ctx context.Context, evidenceBytes, binding []byte, rt attest.RoundTrip) (*attest.Verified, error) {
 	if len(binding) != bindingSize {
 		return nil, attest.Refuse(latchkeyv1.Reason_INTERNAL, "binding has %d bytes, want %d", len(binding), bindingSize)
@@ -143,18 +150,22 @@ func (v *Validator) Verify(ctx context.Context, evidenceBytes, binding []byte, r
 	if err != nil {
 		return nil, attest.Refuse(latchkeyv1.Reason_MALFORMED, "tpm evidence: %w", err)
 	}
-	state, identity, err := v.trustAK(ctx, ev, rt)
+	akHash, err := v.checkAKKey(ev)
 	if err != nil {
 		return nil, err
 	}
 	if err := verifyQuoteSignature(ev); err != nil {
 		return nil, err
 	}
-	if err := checkQuotedPCRs(ev); err != nil {
-		return nil, err
-	}
 	if subtle.ConstantTimeCompare(ev.quote.ExtraData.Buffer, binding) != 1 {
 		return nil, attest.Refuse(latchkeyv1.Reason_BINDING_MISMATCH, "quote qualifying data is not this session's binding")
+	}
+	state, identity, err := v.trustAK(ctx, ev, akHash, rt)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkQuotedPCRs(ev); err != nil {
+		return nil, err
 	}
 	if len(ev.fwLog) > 0 {
 		if state.Boot, err = verifyBoot(ev.pcrs, ev.fwLog, ev.sdLog); err != nil {
@@ -191,23 +202,29 @@ func (v *Validator) CheckPolicy(st *State) error {
 	return v.checkPolicyPCRs(st)
 }
 
-// trustAK is step 2 of Validate. It returns the state's key fields and
-// the identity ("ak:sha256:…" for a pinned AK, "ek:sha256:…" otherwise).
-func (v *Validator) trustAK(ctx context.Context, ev *evidence, rt attest.RoundTrip) (*State, string, error) {
+// checkAKKey is step 2 of Verify: it sets ev.akKey for the signature
+// check and returns the AK's hash.
+func (v *Validator) checkAKKey(ev *evidence) (atls.Pin, error) {
 	if !v.policy.hasAnchors() {
-		return nil, "", attest.Refuse(latchkeyv1.Reason_UNTRUSTED_AK, "policy trusts no ak, ek or ek ca")
+		return atls.Pin{}, attest.Refuse(latchkeyv1.Reason_UNTRUSTED_AK, "policy trusts no ak, ek or ek ca")
 	}
 	if err := checkAK(ev.ak); err != nil {
-		return nil, "", attest.Refuse(latchkeyv1.Reason_UNTRUSTED_AK, "%w", err)
+		return atls.Pin{}, attest.Refuse(latchkeyv1.Reason_UNTRUSTED_AK, "%w", err)
 	}
 	var err error
 	if ev.akKey, err = akKey(ev.ak); err != nil {
-		return nil, "", attest.Refuse(latchkeyv1.Reason_MALFORMED, "tpm evidence: %w", err)
+		return atls.Pin{}, attest.Refuse(latchkeyv1.Reason_MALFORMED, "tpm evidence: %w", err)
 	}
 	akHash, err := keyHash(ev.akKey)
 	if err != nil {
-		return nil, "", attest.Refuse(latchkeyv1.Reason_INTERNAL, "%w", err)
+		return atls.Pin{}, attest.Refuse(latchkeyv1.Reason_INTERNAL, "%w", err)
 	}
+	return akHash, nil
+}
+
+// trustAK is step 5 of Verify. It returns the state's key fields and
+// the identity ("ak:sha256:…" for a pinned AK, "ek:sha256:…" otherwise).
+func (v *Validator) trustAK(ctx context.Context, ev *evidence, akHash atls.Pin, rt attest.RoundTrip) (*State, string, error) {
 	if pinned(v.policy.akHashes, akHash) {
 		return &State{AKPublicKeyHash: akHash.String(), Trust: TrustAKPin}, "ak:" + akHash.String(), nil
 	}
@@ -257,7 +274,7 @@ func (v *Validator) trustEK(ev *evidence) (atls.Pin, Trust, error) {
 	return ekHash, TrustEKCertificate, nil
 }
 
-// verifyQuoteSignature is step 3 of Validate.
+// verifyQuoteSignature is step 3 of Verify.
 func verifyQuoteSignature(ev *evidence) error {
 	if ev.sig.SigAlg != tpm2.TPMAlgECDSA {
 		return attest.Refuse(latchkeyv1.Reason_BAD_SIGNATURE, "quote signature is not ecdsa")
@@ -275,7 +292,7 @@ func verifyQuoteSignature(ev *evidence) error {
 	return nil
 }
 
-// checkQuotedPCRs is step 4 of Validate.
+// checkQuotedPCRs is step 6 of Verify.
 func checkQuotedPCRs(ev *evidence) error {
 	quoted, err := selected(ev.quoteInfo.PCRSelect)
 	if err != nil {

@@ -66,6 +66,13 @@ type Limits struct {
 	MaxConnections int `json:"maxConnections,omitempty"`
 	// MaxConnectionsPerSource from one IP address (default 256).
 	MaxConnectionsPerSource int `json:"maxConnectionsPerSource,omitempty"`
+	// MaxJoinsInFlight bounds the joins being validated, bound and issued
+	// at once (default 8 x GOMAXPROCS). Past it a join is answered at once
+	// with RESOURCE_EXHAUSTED and a retry-after hint derived from the
+	// verifier's throughput (slots / mean slot time), instead of queueing until its
+	// timeout; the last quarter of the slots is kept for sources (IP
+	// addresses) below their fair share.
+	MaxJoinsInFlight int `json:"maxJoinsInFlight,omitempty"`
 }
 
 // Identity configures identity binding (verifier/binding). Bindings are

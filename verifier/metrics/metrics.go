@@ -63,6 +63,7 @@ type Metrics struct {
 	policy     *prometheus.GaugeVec
 	secret     *prometheus.GaugeVec
 	connsOver  *prometheus.CounterVec
+	adm        *admissionMetrics
 }
 
 // New creates the metrics, with the Go runtime and process collectors
@@ -107,6 +108,7 @@ func New() *Metrics {
 	m.reg.MustRegister(m.joins, m.validation, m.minted, m.revoked, m.reloads, m.policy, m.secret, m.connsOver,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.adm = newAdmissionMetrics(m.reg)
 	m.initSeries()
 	return m
 }

@@ -28,6 +28,7 @@ func (s *Service) issue(ctx context.Context, stream latchkeyv1.JoinService_JoinS
 		return err
 	}
 	ticket := buildTicket(key, grant)
+	out.releaseSlot() // the verifier's work is done; the ack is the agent's
 	err = s.handover(ctx, stream, ticket)
 	if err != nil && grant != nil {
 		s.revoke(ctx, grant.ID, err)

@@ -29,7 +29,10 @@ const (
 func NewGRPCServer(svc *Service, cert tls.Certificate) (*grpc.Server, *health.Server) {
 	srv := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(atls.ServerConfig(cert))),
-		grpc.MaxRecvMsgSize(MaxMessageSize),
+		// codec.go: a message grpc cannot read is refused by the handler,
+		// as MALFORMED with a Refusal, not by grpc without one.
+		grpc.MaxRecvMsgSize(grpcRecvLimit),
+		grpc.ForceServerCodecV2(newJoinCodec()),
 		// A join sends a few small headers; grpc-go's default (16 MiB per
 		// stream) let 50 streams hold 400 MB for a whole join timeout.
 		grpc.MaxHeaderListSize(MaxHeaderListSize),

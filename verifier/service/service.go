@@ -4,9 +4,12 @@
 // the disk key, mints a bootstrap token when the node needs one, records
 // the token on the node's binding, and hands the ticket over.
 //
-// Every join ends in exactly one audit line (node, variant, evidence digest,
-// result, reason) and, when refused, a gRPC status carrying a
-// latchkeyv1.Refusal with the same reason. No key is released and no token
+// Every join that sent a Hello and was admitted ends in exactly one audit
+// line (node, disk, role, request_token, variant, evidence digest, result,
+// reason) and, when refused, a gRPC status carrying a latchkeyv1.Refusal
+// with the same reason. Joins refused at admission (admission.go) and
+// streams that end before a Hello are counted in metrics instead
+// (honest.go): a flood of either costs no log volume. No key is released and no token
 // is left behind on any failure: a token minted for a ticket the agent never
 // acknowledged is revoked.
 package service
@@ -68,6 +71,10 @@ type Config struct {
 	// Revoker, when set, deletes a denied node's token on its refused
 	// join, counting each token once with its sweeps (revoked.go).
 	Revoker *Revoker
+	// MaxInFlight bounds the joins between Hello and ticket at once; more are
+	// answered with RESOURCE_EXHAUSTED and a retry-after hint (default
+	// DefaultMaxInFlight; see admission.go).
+	MaxInFlight int
 }
 
 // Service implements latchkeyv1.JoinServiceServer.
@@ -75,6 +82,7 @@ type Service struct {
 	latchkeyv1.UnimplementedJoinServiceServer
 	cfg Config
 	log *slog.Logger
+	adm *admission
 }
 
 // New checks cfg and fills defaults.
@@ -97,7 +105,7 @@ func New(cfg Config) (*Service, error) {
 	cfg.JoinTimeout = orDefault(cfg.JoinTimeout, 60*time.Second)
 	cfg.AckTimeout = orDefault(cfg.AckTimeout, 10*time.Second)
 	cfg.RevokeTimeout = orDefault(cfg.RevokeTimeout, 10*time.Second)
-	return &Service{cfg: cfg, log: cfg.Logger}, nil
+	return &Service{cfg: cfg, log: cfg.Logger, adm: newAdmission(cfg.MaxInFlight, cfg.Now)}, nil
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -121,6 +129,8 @@ type outcome struct {
 	adopted []string
 	// revoked is the deny-list entry that refused the join.
 	revoked string
+	// slot gives back the admission slot (admission.go); once.
+	slot func()
 }
 
 // Join runs one join attempt on the stream.
@@ -130,7 +140,7 @@ func (s *Service) Join(stream latchkeyv1.JoinService_JoinServer) error {
 	snap := s.cfg.Policy.Current()
 	out := &outcome{}
 	err := s.join(ctx, stream, snap, out)
-	s.audit(ctx, snap, out, err)
+	s.record(ctx, snap, out, err)
 	if err != nil {
 		return toStatus(err)
 	}
@@ -140,9 +150,16 @@ func (s *Service) Join(stream latchkeyv1.JoinService_JoinServer) error {
 func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, snap *policy.Snapshot, out *outcome) error {
 	hello, err := recvHello(ctx, stream)
 	if err != nil {
+		out.hello = auditableHello(hello)
 		return err
 	}
 	out.hello = hello
+	release, err := s.admit(stream.Context())
+	if err != nil {
+		return err
+	}
+	out.slot = release
+	defer out.releaseSlot()
 	if len(hello.GetEvidence()) > 0 {
 		d := attest.EvidenceDigest(hello.GetEvidence())
 		out.digest = "sha256:" + hex.EncodeToString(d[:])

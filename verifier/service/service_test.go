@@ -24,6 +24,7 @@ import (
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/keys"
+	"github.com/latchkey/latchkey/verifier/metrics"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/service"
 	"github.com/latchkey/latchkey/verifier/servingcert"
@@ -85,6 +86,9 @@ type envOpt struct {
 	ackTimeout   time.Duration
 	// store wraps the binding store the verifier uses.
 	store func(binding.Store) binding.Store
+	// maxInFlight is the admission limit (0: the default).
+	maxInFlight int
+	metrics     *metrics.Metrics
 }
 
 func startVerifier(t *testing.T, o envOpt) *env {
@@ -109,7 +113,8 @@ func startVerifier(t *testing.T, o envOpt) *env {
 		store = o.store(store)
 	}
 	cfg := service.Config{Policy: policy.NewStatic(snap), Keys: d, Bindings: store,
-		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: logs}, nil)), AckTimeout: o.ackTimeout}
+		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: logs}, nil)), AckTimeout: o.ackTimeout,
+		MaxInFlight: o.maxInFlight, Metrics: o.metrics}
 	if o.minter != nil {
 		cfg.Minter = o.minter
 	}
@@ -420,8 +425,10 @@ func TestOversizedMessageRefusedByTransport(t *testing.T) {
 	h.Evidence = make([]byte, service.MaxMessageSize+1)
 	s.Send(helloMsg(h))
 	_, err := s.Recv()
-	if status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("err = %v, want ResourceExhausted", err)
+	// codec.go: refused by the handler with a Refusal, not by grpc.
+	if code, r := statusReason(t, err); code != codes.InvalidArgument || r != latchkeyv1.Reason_MALFORMED ||
+		!strings.Contains(err.Error(), "bytes, limit 270336") {
+		t.Fatalf("err = %v, want InvalidArgument MALFORMED naming the limit", err)
 	}
 }
 

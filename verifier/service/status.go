@@ -44,11 +44,14 @@ func reasonOf(err error) latchkeyv1.Reason {
 // toStatus turns err into the status that ends the stream. Internal
 // causes are not sent to the agent, only logged.
 func toStatus(err error) error {
+	if st := overloadedStatus(err); st != nil {
+		return st
+	}
 	reason := reasonOf(err)
 	detail := "internal error"
 	var r *attest.Refusal
 	if errors.As(err, &r) {
-		detail = r.Detail
+		detail = publicDetail(r)
 	} else if reason == latchkeyv1.Reason_UNAVAILABLE {
 		detail = "join did not complete"
 	}
@@ -87,6 +90,7 @@ func (s *Service) audit(ctx context.Context, snap *policy.Snapshot, out *outcome
 		"result", result, "reason", reason, "policy", snap.Digest,
 		"validation_ms", float64(out.validation.Microseconds()) / 1000,
 	}
+	attrs = append(attrs, helloAttrs(out.hello)...)
 	if out.verified != nil {
 		attrs = append(attrs, "identity", out.verified.MachineID)
 	}

@@ -25,6 +25,11 @@ func recv(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latch
 	}()
 	select {
 	case r := <-ch:
+		if r.err == nil {
+			if err := transportRefusal(r.msg); err != nil {
+				return nil, err
+			}
+		}
 		return r.msg, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -35,14 +40,15 @@ func recv(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latch
 func recvHello(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latchkeyv1.Hello, error) {
 	m, err := recv(ctx, stream)
 	if err != nil {
-		return nil, fmt.Errorf("receive hello: %w", err)
+		return nil, fmt.Errorf("receive hello: %w", helloRecvError(err))
 	}
 	hello := m.GetHello()
 	if hello == nil {
 		return nil, attest.Refuse(latchkeyv1.Reason_MALFORMED, "first message is not a Hello")
 	}
 	if err := validateHello(hello); err != nil {
-		return nil, err
+		// The caller audits what the refused Hello said.
+		return hello, err
 	}
 	return hello, nil
 }

@@ -293,7 +293,11 @@ type Refusal struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Reason Reason                 `protobuf:"varint,1,opt,name=reason,proto3,enum=latchkey.v1.Reason" json:"reason,omitempty"`
 	// A human-readable explanation. Never carries a secret.
-	Detail        string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// Set with RESOURCE_EXHAUSTED: the verifier is at its admission limit
+	// and asks the agent to retry after about this many milliseconds (the
+	// agent adds jitter). Derived from the verifier's current throughput.
+	RetryAfterMs  uint32 `protobuf:"varint,3,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -340,6 +344,13 @@ func (x *Refusal) GetDetail() string {
 		return x.Detail
 	}
 	return ""
+}
+
+func (x *Refusal) GetRetryAfterMs() uint32 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
 }
 
 // Hello opens a join attempt.
@@ -1141,10 +1152,11 @@ var File_latchkey_v1_latchkey_proto protoreflect.FileDescriptor
 
 const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\n" +
-	"\x1alatchkey/v1/latchkey.proto\x12\vlatchkey.v1\"N\n" +
+	"\x1alatchkey/v1/latchkey.proto\x12\vlatchkey.v1\"t\n" +
 	"\aRefusal\x12+\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x13.latchkey.v1.ReasonR\x06reason\x12\x16\n" +
-	"\x06detail\x18\x02 \x01(\tR\x06detail\"\xf1\x01\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12$\n" +
+	"\x0eretry_after_ms\x18\x03 \x01(\rR\fretryAfterMs\"\xf1\x01\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1b\n" +
 	"\tdisk_uuid\x18\x02 \x01(\tR\bdiskUuid\x12%\n" +

@@ -64,8 +64,11 @@ type result struct {
 	// Phases: warm-up, one agent alone (latency floor), closed loop
 	// (throughput, the headline CPU), paced (open-loop latency).
 	warm, serial, closed, paced *phase
-	pacedRate                   float64
-	failedAttempts              int64
+	// storm is the open-loop phase at -load.storm-factor times the
+	// closed-loop rate (storm_test.go).
+	storm          *stormResult
+	pacedRate      float64
+	failedAttempts int64
 	// The verifier's CPU over the closed loop, the paced phase, and idle
 	// (during the first bare P-384 measurement, idleWall long).
 	closedCPU, pacedCPU, idle cpuWindow
@@ -112,6 +115,7 @@ func runLoad(b *testing.B) *result {
 	})
 	r.generatorCPU = selfCPU(b) - gen0 - r.p384Loaded.cpu
 	r.runPaced(ctx, b, v, f)
+	r.runStorm(ctx, b, v, f)
 	r.failedAttempts = f.failedAttempts.Load()
 	r.p384[1] = measureP384(b, in, *flagP384Time)
 	r.rssPeak = stopSampler()

@@ -50,6 +50,10 @@ func writeVerifierFiles(tb testing.TB, dir string, s *snptest.Signer) string {
 			"listen": "127.0.0.1:0", "policy": filepath.Join(dir, "policy.yaml"),
 			"masterSecretFile": filepath.Join(dir, "master-secret"), "clusterSalt": "latchkey-load-bench",
 			"stateDir": filepath.Join(dir, "state"), "adminSocket": "-",
+			// Every agent here is 127.0.0.1: the per-source bound (256)
+			// would refuse a storm's connections at accept, which real
+			// fleets (one address per node) never see.
+			"limits": map[string]any{"maxConnectionsPerSource": 4096, "maxJoinsInFlight": *flagMaxInFlight},
 		},
 	}
 	for name, v := range files {

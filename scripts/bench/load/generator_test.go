@@ -27,6 +27,11 @@ import (
 // fleet is the set of concurrent agents.
 type fleet struct {
 	agents []*ticket.Client
+	// issuers[i] is agents[i]'s; addr and pin the verifier's (the storm
+	// makes a client per join from them).
+	issuers []*snp.Issuer
+	addr    string
+	pin     atls.Pin
 	// failedAttempts counts attempts the agents retried (none expected).
 	failedAttempts atomic.Int64
 	firstFailure   atomic.Value // error
@@ -35,7 +40,7 @@ type fleet struct {
 
 func newFleet(tb testing.TB, s *snptest.Signer, addr string, pin atls.Pin, n int) *fleet {
 	tb.Helper()
-	f := &fleet{}
+	f := &fleet{addr: addr, pin: pin}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for range n {
 		iss, err := snp.NewIssuer(snp.IssuerConfig{QuoteProvider: s.QuoteProvider(), Logger: quiet})
@@ -52,6 +57,7 @@ func newFleet(tb testing.TB, s *snptest.Signer, addr string, pin atls.Pin, n int
 			tb.Fatal(err)
 		}
 		f.agents = append(f.agents, c)
+		f.issuers = append(f.issuers, iss)
 	}
 	return f
 }

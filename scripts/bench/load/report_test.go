@@ -39,6 +39,7 @@ func (r *result) print(w io.Writer) {
 	r.printPhase(w, r.closed, &r.closedCPU)
 	r.printPhase(w, r.paced, &r.pacedCPU)
 	r.printSummary(w)
+	r.printStorm(w)
 }
 
 func (r *result) printPhase(w io.Writer, p *phase, cpu *cpuWindow) {
@@ -116,6 +117,9 @@ func (r *result) joined() int64 {
 			n += len(p.lat)
 		}
 	}
+	if r.storm != nil {
+		n += len(r.storm.joins.lat)
+	}
 	return int64(n)
 }
 
@@ -144,6 +148,7 @@ func (r *result) check(b *testing.B) {
 			b.Errorf("%s: %d of %d joins failed, first: %v", p.name, p.failed, p.joins, p.err)
 		}
 	}
+	r.checkStorm(b)
 	if r.final.Mints != r.joined() || r.final.Revokes != 0 {
 		b.Errorf("verifier minted %d tokens and revoked %d for %d joins", r.final.Mints, r.final.Revokes, r.joined())
 	}

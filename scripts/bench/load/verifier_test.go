@@ -50,7 +50,8 @@ func TestMain(m *testing.M) {
 // load generator's stdin pipe, so a dead generator stops it too). The
 // audit log goes to stderr, as under systemd.
 func runVerifier(configPath string, control io.Reader, out io.Writer) int {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	vals = &validations{}
+	log := slog.New(validationLog{Handler: slog.NewTextHandler(os.Stderr, nil), v: vals})
 	slog.SetDefault(log)
 	if err := serveVerifier(configPath, control, &lineWriter{w: out}, log); err != nil {
 		log.Error("load verifier failed", "error", err.Error())
@@ -199,14 +200,23 @@ type verifierStats struct {
 	TotalAlloc uint64
 	NumGC      uint32
 	Goroutines int
+	// Validations, ValidationP50Ms and ValidationP99Ms are of the joins
+	// accepted since the previous stats (validation_test.go).
+	Validations                      int
+	ValidationP50Ms, ValidationP99Ms float64
 }
+
+// vals collects the child's validation times.
+var vals *validations
 
 func (c *controller) stats() string {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	n, p50, p99 := vals.take()
 	b, _ := json.Marshal(verifierStats{
+		Validations: n, ValidationP50Ms: p50, ValidationP99Ms: p99,
 		Mints: c.minter.mints.Load(), Revokes: c.minter.revokes.Load(),
 		CPU:       time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
 		MaxRSSKiB: ru.Maxrss, Mallocs: ms.Mallocs, TotalAlloc: ms.TotalAlloc, NumGC: ms.NumGC,

@@ -1,0 +1,207 @@
+package service
+
+import (
+	"context"
+	"net"
+	"runtime"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/peer"
+
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// Admission control for boot storms: at most Limit joins are past their
+// Hello at once. A join over the limit is answered at once with
+// RESOURCE_EXHAUSTED and a retry-after hint instead of queueing until its
+// timeout, so a storm larger than the verifier's capacity is served at the
+// verifier's own pace: admitted joins keep their unloaded latency, memory
+// stays bounded by the limit, and the others come back when a slot is
+// likely free.
+//
+// The hint is a virtual queue: each refused join is given the next free
+// place in a schedule that advances at the verifier's throughput (Limit
+// over the mean time a join holds its slot), so a thousand refused agents
+// come back spread over the time the verifier needs for them rather than
+// all at once. The agent adds jitter.
+//
+// Fairness between sources (peer IP addresses): the last quarter of the
+// slots goes only to sources holding fewer than their fair share
+// (Limit / sources in flight), so one address flooding the port cannot
+// keep every other node out.
+
+// Bounds of the retry-after hint.
+const (
+	minRetryAfter = 20 * time.Millisecond
+	maxRetryAfter = 10 * time.Second
+	// overbook schedules returns this many times faster than the
+	// estimated throughput: an agent that comes back to a full verifier
+	// costs one handshake and one more hint, a slot left idle because
+	// agents were sent too far out costs throughput, and the slot time
+	// measured in a storm includes the contention of the refusals
+	// themselves (load benchmark: with 1, a 3x storm was served at a
+	// third of capacity).
+	overbook = 2.0
+	// defaultHold is the assumed slot time before any join ended.
+	defaultHold = 100 * time.Millisecond
+	// holdWeight is the weight of the latest join in meanHold.
+	holdWeight = 0.2
+)
+
+// DefaultMaxInFlight is the admission limit when none is configured:
+// validation is CPU-bound (signature checks), so a few joins per core keep
+// every core busy while the rest wait for their challenge round trips and
+// the API server.
+func DefaultMaxInFlight() int { return 8 * runtime.GOMAXPROCS(0) }
+
+// admission holds the in-flight count per source and the completion
+// history the retry-after hint is derived from.
+type admission struct {
+	limit int
+	now   func() time.Time
+
+	mu       sync.Mutex
+	inFlight int
+	bySource map[string]int
+	// meanHold is the weighted mean time a join holds its slot.
+	meanHold time.Duration
+	// next is the virtual queue's tail: when the last refused join was
+	// told to come back.
+	next time.Time
+}
+
+func newAdmission(limit int, now func() time.Time) *admission {
+	if limit <= 0 {
+		limit = DefaultMaxInFlight()
+	}
+	return &admission{limit: limit, now: now, bySource: map[string]int{}}
+}
+
+// errOverloaded is the refusal of a join over the admission limit.
+type errOverloaded struct{ retryAfter time.Duration }
+
+func (e *errOverloaded) Error() string {
+	return "verifier at its admission limit, retry in " + e.retryAfter.Round(time.Millisecond).String()
+}
+
+// sourceOf is the peer's IP address ("" when unknown: one shared source).
+func sourceOf(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+		return host
+	}
+	return p.Addr.String()
+}
+
+// acquire takes a slot for src or returns *errOverloaded with the hint.
+// The release function must be called once the join ends.
+func (a *admission) acquire(src string) (func(), error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.admits(src) {
+		a.inFlight++
+		a.bySource[src]++
+		start := a.now()
+		return func() { a.release(src, start) }, nil
+	}
+	return nil, &errOverloaded{retryAfter: a.retryAfterLocked()}
+}
+
+// admits reports whether src may take a slot now.
+func (a *admission) admits(src string) bool {
+	if a.inFlight >= a.limit {
+		return false
+	}
+	reserved := a.limit / 4
+	if a.inFlight < a.limit-reserved {
+		return true
+	}
+	sources := len(a.bySource)
+	if a.bySource[src] == 0 {
+		sources++
+	}
+	return a.bySource[src] < max(1, a.limit/sources)
+}
+
+func (a *admission) release(src string, start time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.inFlight--
+	if a.bySource[src]--; a.bySource[src] <= 0 {
+		delete(a.bySource, src)
+	}
+	held := a.now().Sub(start)
+	if a.meanHold <= 0 {
+		a.meanHold = held
+	} else {
+		a.meanHold += time.Duration(holdWeight * float64(held-a.meanHold))
+	}
+}
+
+// rateLocked is the verifier's throughput when every slot is taken,
+// which is whenever a join is refused: by Little's law, the limit over the
+// mean time a join holds its slot (an exponentially weighted mean over
+// recent joins; 100 ms before any). It does not fall when the refused
+// agents are away, as a count of recent completions would: that feedback
+// sent agents ever further out while the verifier sat idle.
+func (a *admission) rateLocked() float64 {
+	hold := a.meanHold
+	if hold <= 0 {
+		hold = defaultHold
+	}
+	return float64(a.limit) / hold.Seconds()
+}
+
+// retryAfterLocked places one more refused join at the tail of the
+// virtual queue, 1/rate after the one before it.
+func (a *admission) retryAfterLocked() time.Duration {
+	now := a.now()
+	step := time.Duration(float64(time.Second) / (overbook * a.rateLocked()))
+	if a.next.Before(now) {
+		a.next = now
+	}
+	a.next = a.next.Add(step)
+	d := a.next.Sub(now)
+	if d > maxRetryAfter {
+		// The queue is longer than a client should wait for one answer:
+		// stop growing it, so the tail does not drift ever further out.
+		a.next = now.Add(maxRetryAfter)
+		d = maxRetryAfter
+	}
+	return max(d, minRetryAfter)
+}
+
+// admit is the join's admission step, after its Hello: nil and a release
+// function, or a refusal the agent retries after the hint.
+func (s *Service) admit(ctx context.Context) (func(), error) {
+	release, err := s.adm.acquire(sourceOf(ctx))
+	if err != nil {
+		s.cfg.Metrics.AdmissionRefused()
+		return nil, err
+	}
+	s.cfg.Metrics.InFlight(1)
+	return func() { s.cfg.Metrics.InFlight(-1); release() }, nil
+}
+
+// releaseSlot gives the join's admission slot back, once: before the
+// handover, since waiting for the agent's TicketAck is no work of the
+// verifier's and a slow agent must not hold a slot others could use.
+func (o *outcome) releaseSlot() {
+	if o.slot != nil {
+		o.slot()
+		o.slot = nil
+	}
+}
+
+// overloadedRefusal is the detail toStatus sends for *errOverloaded.
+func overloadedRefusal(e *errOverloaded) *latchkeyv1.Refusal {
+	return &latchkeyv1.Refusal{
+		Reason:       latchkeyv1.Reason_UNAVAILABLE,
+		Detail:       "verifier busy: retry after the hint",
+		RetryAfterMs: uint32(e.retryAfter.Milliseconds()),
+	}
+}
