@@ -50,37 +50,52 @@ func tlsVerifier(t *testing.T) string {
 }
 
 // A verifier whose certificate matches no pin is reported as such (its
-// own error, retried slowly), never as "unreachable", and no evidence is
-// made for it.
+// own error), never as "unreachable", and no evidence is made for it.
+// Once every configured verifier has answered so, the agent gives up at
+// once: waiting cannot fix a wrong pin. Until then it retries slowly.
 func TestWrongPinIsItsOwnError(t *testing.T) {
-	addr := tlsVerifier(t)
 	pins, err := atls.ParsePins([]string{"sha256:" + strings.Repeat("ab", 32)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	issuer := &attesttest.Issuer{}
-	var waits []time.Duration
-	c, err := New(Config{Endpoints: []string{addr}, Pins: pins, Issuer: issuer, Timeout: 5 * time.Second,
-		RefusalBackoff: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Sleep: func(ctx context.Context, d time.Duration) error {
-			waits = append(waits, d)
-			return context.DeadlineExceeded
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.Get(context.Background(), Request{NodeName: "n", DiskUUID: "u", Role: latchkeyv1.Role_ROLE_WORKER})
-	if !errors.Is(err, atls.ErrPinMismatch) || errors.Is(err, ErrUnreachable) {
-		t.Fatalf("err = %v, want ErrPinMismatch and not ErrUnreachable", err)
-	}
-	if !strings.Contains(err.Error(), "leaf is sha256:") {
-		t.Fatalf("the error should name the pin the verifier showed: %v", err)
-	}
-	if len(waits) != 1 || waits[0] < 30*time.Second {
-		t.Fatalf("retry wait %v, want the slow refusal backoff", waits)
-	}
-	if issuer.Calls.Load() != 0 {
-		t.Fatalf("evidence was made %d times for an unauthenticated verifier", issuer.Calls.Load())
+	for _, tc := range []struct {
+		name      string
+		endpoints []string
+		waits     int
+	}{
+		{"one verifier", []string{tlsVerifier(t)}, 0},
+		{"two verifiers", []string{tlsVerifier(t), tlsVerifier(t)}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			issuer := &attesttest.Issuer{}
+			var waits []time.Duration
+			c, err := New(Config{Endpoints: tc.endpoints, Pins: pins, Issuer: issuer, Timeout: time.Minute,
+				RefusalBackoff: time.Minute, Start: func(int) int { return 0 },
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Sleep: func(ctx context.Context, d time.Duration) error {
+					waits = append(waits, d)
+					return nil
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Get(context.Background(), Request{NodeName: "n", DiskUUID: "u", Role: latchkeyv1.Role_ROLE_WORKER})
+			if !errors.Is(err, atls.ErrPinMismatch) || errors.Is(err, ErrUnreachable) ||
+				!strings.Contains(err.Error(), "no configured verifier matches the pins") || !strings.Contains(err.Error(), "leaf is sha256:") {
+				t.Fatalf("err = %v, want a pin mismatch naming the leaf, at once", err)
+			}
+			if len(waits) != tc.waits {
+				t.Fatalf("waited %v, want %d slow retries", waits, tc.waits)
+			}
+			for _, w := range waits {
+				if w < 30*time.Second {
+					t.Fatalf("retry wait %v, want the slow refusal backoff", w)
+				}
+			}
+			if issuer.Calls.Load() != 0 {
+				t.Fatalf("evidence was made %d times for an unauthenticated verifier", issuer.Calls.Load())
+			}
+		})
 	}
 }
 

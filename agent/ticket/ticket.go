@@ -128,6 +128,7 @@ func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, e
 	var last error
 	start := c.cfg.Start(len(c.cfg.Endpoints))
 	fails := 0 // failed attempts, the exponent of the backoff
+	wrongPin := map[string]bool{}
 	for n := 0; ; n++ {
 		ep := c.cfg.Endpoints[(start+n)%len(c.cfg.Endpoints)]
 		if c.cfg.OnAttempt != nil {
@@ -166,6 +167,16 @@ func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, e
 			// The TPM (or SNP device) failed: no verifier can fix that,
 			// so stop instead of retrying for the whole timeout.
 			return nil, fmt.Errorf("evidence device failed: %w", err)
+		}
+		if errors.Is(err, atls.ErrPinMismatch) {
+			// Every configured verifier answered with a certificate the
+			// pins do not match: the pin (or the verifiers' certificate)
+			// is wrong, and waiting cannot fix it. One that has not yet
+			// answered so keeps the retries going (a relay may sit in
+			// front of one replica only).
+			if wrongPin[ep] = true; len(wrongPin) == len(c.cfg.Endpoints) {
+				return nil, fmt.Errorf("no configured verifier matches the pins: %w", err)
+			}
 		}
 		wait := c.backoff(fails, err)
 		fails++
