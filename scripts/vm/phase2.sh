@@ -150,7 +150,9 @@ stateDir: $VM_CACHE/e2e-verifier-state
 policy: $dir/policy.yaml
 masterSecretFile: $dir/master.secret
 clusterSalt: latchkey-e2e-vm
-adminSocket: "-"
+adminSocket: $dir/admin.sock
+identity:
+  bindingDir: $dir/bindings
 EOF
   if [[ $P2_JOIN == kubeadm ]]; then
     printf 'kubernetes:\n  kubeconfig: %s\n' "$LATCHKEY_K8S_VERIFIER_KUBECONFIG" >>"$VERIFIER_CONFIG"
@@ -534,6 +536,12 @@ p2_verifier_down() {
 p2_crash() {
   local crash_uuid reached
   node_create n2
+  # n2 is another machine (its own TPM) with n1's node name: the name is
+  # bound to n1, so the operator releases it first, as for a replaced
+  # machine. Without the release n2 is refused with IDENTITY_MISMATCH.
+  check "operator releases n1's node name" "$P2_BIN/latchkey-verifier" bindings release \
+    --node latchkey-e2e --socket "$RUN_DIR/verifier/admin.sock"
+  check "release audited" grep -q 'msg="binding released by admin" kind=node name=latchkey-e2e' "$VERIFIER_LOG"
   audit_mark
   boot n2 crash --kill-on "$P2_CRASH_LINE"
   crash_uuid=$(host_luks_uuid n2)

@@ -123,7 +123,11 @@ func (v *Verifier) loadBindings() error {
 		v.bindings, err = binding.NewLeases(binding.LeaseConfig{Client: v.kube,
 			Namespace: v.cfg.Kubernetes.BindingNamespace, Logger: v.deps.Logger})
 	default:
-		v.bindings, err = binding.NewDir(binding.DirConfig{Dir: filepath.Join(v.cfg.StateDir, "bindings"), Logger: v.deps.Logger})
+		dir := v.cfg.Identity.BindingDir
+		if dir == "" {
+			dir = filepath.Join(v.cfg.StateDir, "bindings")
+		}
+		v.bindings, err = binding.NewDir(binding.DirConfig{Dir: dir, Logger: v.deps.Logger})
 	}
 	return err
 }

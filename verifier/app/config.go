@@ -84,6 +84,9 @@ type Identity struct {
 	// reboot once, and turn it off again. Off (the default) refuses such
 	// a rejoin with IDENTITY_MISMATCH.
 	AdoptUnbound bool `json:"adoptUnbound,omitempty"`
+	// BindingDir holds the binding records in disk-only mode (default
+	// <stateDir>/bindings). Kubernetes mode keeps them in Leases.
+	BindingDir string `json:"bindingDir,omitempty"`
 }
 
 // Kubernetes configures the token step.
