@@ -29,6 +29,7 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/app"
+	"github.com/latchkey/latchkey/verifier/csr"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
@@ -150,7 +151,7 @@ func TestK8sIdentityNodeCertificate(t *testing.T) {
 	t2 := r.join(t, tpm2, req("node-2", diskB, false, false))
 	evil := nodeCSR(t, asToken(t, env, t2.Token), admin, "node-1")
 	if signedFor(evil) != "" || !slices.ContainsFunc(evil.Status.Conditions, func(c certv1.CertificateSigningRequestCondition) bool {
-		return c.Type == certv1.CertificateDenied && c.Reason == token.ReasonDenied
+		return c.Type == certv1.CertificateDenied && c.Reason == csr.ReasonDenied
 	}) {
 		t.Fatalf("TPM 2's CSR for node-1: %+v", evil.Status)
 	}

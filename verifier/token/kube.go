@@ -260,7 +260,7 @@ func (k *Kube) rollback(id string, cause error) {
 // A token that is already gone (revoked, or reaped by the tokencleaner)
 // is not an error.
 func (k *Kube) Revoke(ctx context.Context, id string) error {
-	if !validTokenID(id) {
+	if !ValidID(id) {
 		return fmt.Errorf("%w: token ID %q", ErrBadRequest, id)
 	}
 	name := bootstrapapi.BootstrapTokenSecretPrefix + id

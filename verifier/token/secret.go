@@ -179,8 +179,8 @@ func description(req Request) string {
 	return d
 }
 
-// validTokenID reports whether id could be a bootstrap token ID.
-func validTokenID(id string) bool {
+// ValidID reports whether id could be a bootstrap token ID.
+func ValidID(id string) bool {
 	if len(id) != idLen {
 		return false
 	}

@@ -1,4 +1,4 @@
-package token
+package csr
 
 import (
 	"context"
@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+
+	"github.com/latchkey/latchkey/verifier/token"
 )
 
 // Reasons the approver writes into CSR conditions and events.
@@ -169,7 +171,7 @@ func decided(csr *certv1.CertificateSigningRequest) bool {
 
 // decideClient rules on a kubelet client CSR.
 func (a *Approver) decideClient(ctx context.Context, csr *certv1.CertificateSigningRequest) (Verdict, string) {
-	if !strings.HasPrefix(csr.Spec.Username, bootstrapapi.BootstrapUserPrefix) || !slices.Contains(csr.Spec.Groups, Group) {
+	if !strings.HasPrefix(csr.Spec.Username, bootstrapapi.BootstrapUserPrefix) || !slices.Contains(csr.Spec.Groups, token.Group) {
 		return Ignore, "not made with a latchkey token"
 	}
 	req, err := parseCSR(csr.Spec.Request)
@@ -180,7 +182,7 @@ func (a *Approver) decideClient(ctx context.Context, csr *certv1.CertificateSign
 	if !ok || node == "" {
 		return Deny, fmt.Sprintf("subject %q is not system:node:<name>", req.Subject.CommonName)
 	}
-	if !slices.Contains(csr.Spec.Groups, NodeGroup(node)) {
+	if !slices.Contains(csr.Spec.Groups, token.NodeGroup(node)) {
 		return Deny, fmt.Sprintf("asks for node %q, but the token was minted for another attested node", node)
 	}
 	if !slices.Equal(req.Subject.Organization, []string{nodesGroup}) {
