@@ -263,7 +263,7 @@ func (k *Kube) Revoke(ctx context.Context, id string) error {
 	if !ValidID(id) {
 		return fmt.Errorf("%w: token ID %q", ErrBadRequest, id)
 	}
-	name := bootstrapapi.BootstrapTokenSecretPrefix + id
+	name := SecretName(id)
 	bg := metav1.DeletePropagationBackground
 	err := k.cfg.Client.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, name,
 		metav1.DeleteOptions{PropagationPolicy: &bg})

@@ -49,6 +49,12 @@ const (
 	AnnotationEvidence = "latchkey.io/evidence-digest"
 )
 
+// ManagedSelector selects the token Secrets latchkey wrote.
+const ManagedSelector = LabelManagedBy + "=" + ManagedBy
+
+// SecretName is the name of the Secret of the token with this ID.
+func SecretName(id string) string { return bootstrapapi.BootstrapTokenSecretPrefix + id }
+
 // tokenAlphabet is kubeadm's: lower-case letters and digits.
 const tokenAlphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -119,11 +125,26 @@ func validateRequest(req Request) error {
 	return nil
 }
 
+// Values of LabelRole.
+const (
+	roleWorker       = "worker"
+	roleControlPlane = "control-plane"
+)
+
 func roleLabel(r latchkeyv1.Role) string {
 	if r == latchkeyv1.Role_ROLE_CONTROL_PLANE {
-		return "control-plane"
+		return roleControlPlane
 	}
-	return "worker"
+	return roleWorker
+}
+
+// roleFromLabel reads LabelRole back; anything but control-plane is a
+// worker, the token with fewer rights.
+func roleFromLabel(v string) latchkeyv1.Role {
+	if v == roleControlPlane {
+		return latchkeyv1.Role_ROLE_CONTROL_PLANE
+	}
+	return latchkeyv1.Role_ROLE_WORKER
 }
 
 // groupsFor lists the token's extra groups.
@@ -190,4 +211,44 @@ func ValidID(id string) bool {
 		}
 	}
 	return true
+}
+
+// Info is what a token Secret written by bootstrapSecret says about its
+// token; never the token's secret.
+type Info struct {
+	ID             string
+	NodeName       string
+	Role           latchkeyv1.Role
+	EvidenceDigest string
+	Created        time.Time
+	// Expiry is zero when the Secret has no expiration, or one that does
+	// not parse: then ExpirationMalformed is set and RawExpiration holds
+	// it (the bootstrap authenticator treats such a token as expired).
+	Expiry              time.Time
+	ExpirationMalformed bool
+	RawExpiration       string
+}
+
+// ReadSecret reads a token Secret's public fields, the inverse of
+// bootstrapSecret. ok is false for a Secret that is not a bootstrap
+// token.
+func ReadSecret(s *corev1.Secret) (info Info, ok bool) {
+	if s.Type != bootstrapapi.SecretTypeBootstrapToken {
+		return Info{}, false
+	}
+	info = Info{
+		ID:             string(s.Data[bootstrapapi.BootstrapTokenIDKey]),
+		NodeName:       s.Annotations[AnnotationNode],
+		Role:           roleFromLabel(s.Labels[LabelRole]),
+		EvidenceDigest: s.Annotations[AnnotationEvidence],
+		Created:        s.CreationTimestamp.Time,
+	}
+	if raw, has := s.Data[bootstrapapi.BootstrapTokenExpirationKey]; has {
+		if exp, err := time.Parse(time.RFC3339, string(raw)); err == nil {
+			info.Expiry = exp
+		} else {
+			info.ExpirationMalformed, info.RawExpiration = true, string(raw)
+		}
+	}
+	return info, true
 }
