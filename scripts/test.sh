@@ -75,7 +75,7 @@ shell_lint() {
 internal_imports_nothing_upward() {
   local bad
   bad=$(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./internal/... |
-    awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^github\.com\/latchkey\/latchkey\/(agent|verifier|attest|proto)(\/|$)/) print $1 " imports " $i }')
+    awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^github\.com\/latchkey\/latchkey\/(agent|verifier|attest|proto|protocol)(\/|$)/) print $1 " imports " $i }')
   if [[ -n $bad ]]; then
     echo "internal/ must not import the product:" >&2
     echo "$bad" >&2

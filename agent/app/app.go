@@ -20,6 +20,7 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/internal/execx"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // Deps are what the caller provides besides the config.
@@ -128,9 +129,10 @@ func newDisk(cfg *config.Config, log *slog.Logger) (disk.Stage, error) {
 	})
 }
 
-func role(r string) latchkeyv1.Role {
-	if r == "control-plane" {
-		return latchkeyv1.Role_ROLE_CONTROL_PLANE
+// role is the configured role (config.Validate refused any other name).
+func role(name string) latchkeyv1.Role {
+	if r, ok := protocol.ParseRole(name); ok {
+		return r
 	}
 	return latchkeyv1.Role_ROLE_WORKER
 }

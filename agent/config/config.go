@@ -22,10 +22,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/strictyaml"
 
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/internal/duration"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // DefaultPath is where the agent looks for its config file.
@@ -215,7 +217,7 @@ func (c *Config) defaults() error {
 	setDefault(&c.Role, "worker")
 	setDefault(&c.Variant, "auto")
 	setDefault(&c.Disk.Mode, "luks")
-	setDefault(&c.StatusSocket, "/run/latchkey/agent/admin.sock")
+	setDefault(&c.StatusSocket, localapi.AgentSocket)
 	if c.Timeout.Duration == 0 {
 		c.Timeout.Duration = 10 * time.Minute
 	}
@@ -223,10 +225,8 @@ func (c *Config) defaults() error {
 }
 
 func (c *Config) validateEnums() error {
-	switch c.Role {
-	case "worker", "control-plane":
-	default:
-		return fmt.Errorf("role %q: want worker or control-plane", c.Role)
+	if _, ok := protocol.ParseRole(c.Role); !ok {
+		return fmt.Errorf("role %q: want %s or %s", c.Role, protocol.RoleWorker, protocol.RoleControlPlane)
 	}
 	switch c.Variant {
 	case "tpm", "snp", "auto":

@@ -15,6 +15,7 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // Groups and labels latchkey's bootstrap tokens carry. The shipped RBAC
@@ -125,24 +126,19 @@ func validateRequest(req Request) error {
 	return nil
 }
 
-// Values of LabelRole.
-const (
-	roleWorker       = "worker"
-	roleControlPlane = "control-plane"
-)
-
+// roleLabel is the LabelRole value (protocol's role names).
 func roleLabel(r latchkeyv1.Role) string {
 	if r == latchkeyv1.Role_ROLE_CONTROL_PLANE {
-		return roleControlPlane
+		return protocol.RoleControlPlane
 	}
-	return roleWorker
+	return protocol.RoleWorker
 }
 
 // roleFromLabel reads LabelRole back; anything but control-plane is a
 // worker, the token with fewer rights.
 func roleFromLabel(v string) latchkeyv1.Role {
-	if v == roleControlPlane {
-		return latchkeyv1.Role_ROLE_CONTROL_PLANE
+	if r, ok := protocol.ParseRole(v); ok {
+		return r
 	}
 	return latchkeyv1.Role_ROLE_WORKER
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/latchkey/latchkey/internal/cli"
+	"github.com/latchkey/latchkey/protocol"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/exitcode"
 	"github.com/latchkey/latchkey/verifier/keys"
@@ -66,7 +67,7 @@ func recoverKeyCmd(args []string, stdout, stderr io.Writer) int {
 	if code, ok := cli.Parse(fs, args); !ok {
 		return code
 	}
-	if !keys.ValidUUID(*uuid) || *out == "" || fs.NArg() != 0 {
+	if !protocol.ValidDiskUUID(*uuid) || *out == "" || fs.NArg() != 0 {
 		fmt.Fprintln(stderr, "usage: latchkey-verifier recover-key --disk-uuid UUID --out FILE|- [--config FILE]"+
 			" (the UUID in canonical lower-case form)")
 		return exitcode.BadConfig
