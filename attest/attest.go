@@ -10,8 +10,8 @@ package attest
 
 import (
 	"context"
-	"errors"
 	"crypto/sha256"
+	"errors"
 
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
