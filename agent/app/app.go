@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"time"
 
 	"github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
@@ -161,7 +160,3 @@ func ExitCode(err error) int {
 	}
 	return exitcode.Internal
 }
-
-// Timeout is how long Run may take as a whole: the ticket timeout plus
-// room for the disk and the join.
-func Timeout(cfg *config.Config) time.Duration { return cfg.Timeout.Duration + 15*time.Minute }

@@ -274,10 +274,6 @@ func (l *LUKS) hasKubeletCredentials() bool {
 	return false
 }
 
-func (l *LUKS) openAndClassify(ctx context.Context) (*device, probe, error) {
-	return l.openAndClassifyMode(ctx, readOnly)
-}
-
 func (l *LUKS) openAndClassifyMode(ctx context.Context, mode int) (*device, probe, error) {
 	path, err := l.waitForDevice(ctx)
 	if err != nil {

@@ -162,27 +162,28 @@ func serve(args []string, stderr io.Writer) int {
 		return exitcode.BadConfig
 	}
 	log := logging.NewLogger(f.logLevel)
+	// fail logs why serve gives up and under which exit code.
+	fail := func(code int, msg string, err error) int {
+		log.Error(msg, "exit", exitcode.Name(code), "error", err.Error())
+		return code
+	}
 	cfg, err := f.load()
 	if err != nil {
-		log.Error("bad configuration", "error", err.Error())
-		return exitcode.BadConfig
+		return fail(exitcode.BadConfig, "bad configuration", err)
 	}
 	lis, err := activatedListener()
 	if err != nil {
-		log.Error("socket activation", "error", err.Error())
-		return exitcode.BadConfig
+		return fail(exitcode.BadConfig, "socket activation", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	notify := sdnotify.New(sdnotify.Config{Logger: log})
 	v, err := app.New(cfg, app.Deps{Logger: log, Listener: lis, Ready: func() { _ = notify.Ready() }})
 	if errors.Is(err, app.ErrConfig) {
-		log.Error("cannot start", "error", err.Error())
-		return exitcode.BadConfig
+		return fail(exitcode.BadConfig, "cannot start", err)
 	}
 	if err != nil {
-		log.Error("cannot start", "error", err.Error())
-		return exitcode.Failed
+		return fail(exitcode.Failed, "cannot start", err)
 	}
 	go func() {
 		if err := notify.Watchdog(ctx, v.Healthy); err != nil {
@@ -191,8 +192,7 @@ func serve(args []string, stderr io.Writer) int {
 	}()
 	go func() { <-ctx.Done(); _ = notify.Stopping() }()
 	if err := v.Serve(ctx); err != nil {
-		log.Error("serve failed", "error", err.Error())
-		return exitcode.Failed
+		return fail(exitcode.Failed, "serve failed", err)
 	}
 	return exitcode.OK
 }
