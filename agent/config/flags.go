@@ -4,6 +4,8 @@ import (
 	"flag"
 	"strings"
 	"time"
+
+	"github.com/latchkey/latchkey/internal/cli"
 )
 
 // Flags are the agent's command-line overrides. Load merges the three
@@ -94,31 +96,25 @@ func (f *Flags) Apply(c *Config) {
 		c.VerifierPins = strings.Split(f.Pins, ",")
 	}
 	c.InsecureSkipVerifierAuth = c.InsecureSkipVerifierAuth || f.Insecure
-	override(&c.VerifierName, f.VerifierName)
+	cli.Override(&c.VerifierName, f.VerifierName)
 	if f.Wipe != "" {
 		c.Disk.WipeStateDisk = WipeTarget(f.Wipe)
 	}
 	c.Join.DryRun = c.Join.DryRun || f.DryRun
 	c.Join.Disabled = c.Join.Disabled || f.NoJoin
 	c.Join.KubeadmDryRun = c.Join.KubeadmDryRun || f.KubeadmDryRun
-	override(&c.Join.Kubeadm, f.Kubeadm)
+	cli.Override(&c.Join.Kubeadm, f.Kubeadm)
 	if f.IgnorePreflight != "" {
 		c.Join.IgnorePreflightErrors = strings.Split(f.IgnorePreflight, ",")
 	}
-	override(&c.NodeName, f.NodeName)
-	override(&c.Role, f.Role)
-	override(&c.Variant, f.Variant)
-	override(&c.TPM.Device, f.TPMDevice)
-	override(&c.Disk.Mode, f.DiskMode)
-	override(&c.Disk.Device, f.DiskDevice)
-	override(&c.Disk.UUID, f.DiskUUID)
+	cli.Override(&c.NodeName, f.NodeName)
+	cli.Override(&c.Role, f.Role)
+	cli.Override(&c.Variant, f.Variant)
+	cli.Override(&c.TPM.Device, f.TPMDevice)
+	cli.Override(&c.Disk.Mode, f.DiskMode)
+	cli.Override(&c.Disk.Device, f.DiskDevice)
+	cli.Override(&c.Disk.UUID, f.DiskUUID)
 	if f.Timeout != 0 { // a negative value is refused by Validate
 		c.Timeout.Duration = f.Timeout
-	}
-}
-
-func override(dst *string, v string) {
-	if v != "" {
-		*dst = v
 	}
 }

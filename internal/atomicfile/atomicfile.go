@@ -16,30 +16,28 @@ import (
 
 // Write replaces path with data, mode mode.
 func Write(path string, data []byte, mode fs.FileMode) error {
-	tmp, err := writeTemp(path, data, mode)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp)
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return syncDir(filepath.Dir(path))
+	return place(path, data, mode, os.Rename, "write")
 }
 
 // Create writes data to path, mode mode, only if path does not exist:
 // an error wrapping fs.ErrExist otherwise, and path is left as it was.
 func Create(path string, data []byte, mode fs.FileMode) error {
+	return place(path, data, mode, os.Link, "create")
+}
+
+// place writes data to a temporary file and moves it to path with
+// move (rename replaces, link never does), then syncs the directory.
+func place(path string, data []byte, mode fs.FileMode, move func(tmp, path string) error, op string) error {
 	tmp, err := writeTemp(path, data, mode)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp)
-	if err := os.Link(tmp, path); err != nil {
+	if err := move(tmp, path); err != nil {
 		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("create %s: %w", path, fs.ErrExist)
+			err = fs.ErrExist
 		}
-		return fmt.Errorf("create %s: %w", path, err)
+		return fmt.Errorf("%s %s: %w", op, path, err)
 	}
 	return syncDir(filepath.Dir(path))
 }

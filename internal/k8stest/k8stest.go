@@ -10,6 +10,7 @@ package k8stest
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,34 @@ func Load(t testing.TB) Env {
 		t.Fatal(err)
 	}
 	return env
+}
+
+// Main runs a package's tests (call it from TestMain). When the control
+// plane is up it first calls prepare with the administrator's client
+// (deploy.Apply, to install the shipped RBAC), and fails the run if that
+// fails.
+func Main(m *testing.M, prepare func(ctx context.Context, admin kubernetes.Interface) error) {
+	if path := os.Getenv(EnvVar); path != "" {
+		if err := prepareEnv(path, prepare); err != nil {
+			fmt.Fprintln(os.Stderr, "prepare the control plane:", err)
+			os.Exit(1)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+func prepareEnv(path string, prepare func(ctx context.Context, admin kubernetes.Interface) error) error {
+	env, err := Parse(path)
+	if err != nil {
+		return err
+	}
+	c, err := Client(env["LATCHKEY_K8S_ADMIN_KUBECONFIG"])
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return prepare(ctx, c)
 }
 
 // Parse reads the KEY=value lines of the env file at path.

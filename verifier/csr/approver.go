@@ -97,14 +97,24 @@ func NewApprover(cfg ApproverConfig) (*Approver, error) {
 	if cfg.Tokens == nil {
 		return nil, errors.New("approver: no node binding records")
 	}
-	if cfg.Resync <= 0 {
-		cfg.Resync = 30 * time.Second
+	cfg.Resync = resync(cfg.Resync)
+	return &Approver{cfg: cfg, log: componentLog(cfg.Logger, "csr-approver")}, nil
+}
+
+// resync is a controller's resync period: d, or 30s by default.
+func resync(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 30 * time.Second
 	}
-	log := cfg.Logger
+	return d
+}
+
+// componentLog is log (slog.Default() when nil) naming the controller.
+func componentLog(log *slog.Logger, component string) *slog.Logger {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Approver{cfg: cfg, log: log.With("component", "csr-approver")}, nil
+	return log.With("component", component)
 }
 
 // Run watches CSRs until ctx ends.

@@ -11,9 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -32,30 +30,25 @@ import (
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
-// TestMain applies the shipped RBAC, so the approver and the reaper run
-// with exactly the verifier's narrow credential.
-func TestMain(m *testing.M) {
-	if path := os.Getenv(k8stest.EnvVar); path != "" {
-		if err := applyRBAC(path); err != nil {
-			fmt.Fprintln(os.Stderr, "apply RBAC:", err)
-			os.Exit(1)
-		}
-	}
-	os.Exit(m.Run())
-}
+// TestMain installs the shipped RBAC, so the tests run with exactly the
+// verifier's narrow credential.
+func TestMain(m *testing.M) { k8stest.Main(m, deploy.Apply) }
 
-func applyRBAC(path string) error {
-	env, err := k8stest.Parse(path)
+// runApprover runs the approver with the verifier's credential until ctx
+// ends, reading binding Leases; it returns the Lease store.
+func runApprover(ctx context.Context, t *testing.T, env k8stest.Env) *binding.Leases {
+	t.Helper()
+	leases, err := binding.NewLeases(binding.LeaseConfig{Client: env.Verifier(t), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
-	c, err := k8stest.Client(env["LATCHKEY_K8S_ADMIN_KUBECONFIG"])
+	a, err := NewApprover(ApproverConfig{Client: env.Verifier(t), Tokens: leaseTokens{leases},
+		Logger: slog.New(slog.DiscardHandler), Resync: time.Second})
 	if err != nil {
-		return err
+		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return deploy.Apply(ctx, c)
+	go a.Run(ctx)
+	return leases
 }
 
 // minter mints real tokens with the verifier's credential.
@@ -133,16 +126,7 @@ func TestK8sCSRIdentityBinding(t *testing.T) {
 	env := k8stest.Load(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	leases, err := binding.NewLeases(binding.LeaseConfig{Client: env.Verifier(t), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := NewApprover(ApproverConfig{Client: env.Verifier(t), Tokens: leaseTokens{leases},
-		Logger: slog.New(slog.DiscardHandler), Resync: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go a.Run(ctx)
+	leases := runApprover(ctx, t, env)
 	k := minter(t, env)
 	g, err := k.Mint(ctx, workerReq("attested-node"))
 	if err != nil {
@@ -234,16 +218,7 @@ func TestK8sTokenDeletedOnceUsed(t *testing.T) {
 	env := k8stest.Load(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	leases, err := binding.NewLeases(binding.LeaseConfig{Client: env.Verifier(t), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := NewApprover(ApproverConfig{Client: env.Verifier(t), Tokens: leaseTokens{leases},
-		Logger: slog.New(slog.DiscardHandler), Resync: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go a.Run(ctx)
+	leases := runApprover(ctx, t, env)
 	k := minter(t, env)
 	reaped := make(chan struct{}, 4)
 	r, err := NewReaper(ReaperConfig{Client: env.Verifier(t), Revoker: k, Resync: time.Second,

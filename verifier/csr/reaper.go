@@ -66,14 +66,8 @@ func NewReaper(cfg ReaperConfig) (*Reaper, error) {
 	if cfg.Client == nil || cfg.Revoker == nil {
 		return nil, errors.New("token reaper: no Kubernetes client or revoker")
 	}
-	if cfg.Resync <= 0 {
-		cfg.Resync = 30 * time.Second
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Reaper{cfg: cfg, log: log.With("component", "token-reaper"), pending: map[string]issued{}}, nil
+	cfg.Resync = resync(cfg.Resync)
+	return &Reaper{cfg: cfg, log: componentLog(cfg.Logger, "token-reaper"), pending: map[string]issued{}}, nil
 }
 
 // Run watches CSRs and Nodes until ctx ends.

@@ -26,16 +26,13 @@ const (
 // Last is the highest code the verifier uses.
 const Last = BadConfig
 
+// names are the codes' short stable names.
+var names = [...]string{OK: "ok", Failed: "failed", BadConfig: "bad-config"}
+
 // Name returns a short stable name for code, for log lines.
 func Name(code int) string {
-	switch code {
-	case OK:
-		return "ok"
-	case Failed:
-		return "failed"
-	case BadConfig:
-		return "bad-config"
-	default:
+	if code < 0 || code >= len(names) {
 		return "unknown"
 	}
+	return names[code]
 }

@@ -2,26 +2,22 @@ package exitcode
 
 import (
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/latchkey/latchkey/internal/cli"
+	"github.com/latchkey/latchkey/internal/systemdunit"
 )
 
 // TestUnitMatchesCodes keeps the unit's restart policy honest: the codes
 // that mean "a restart cannot help" are exactly the ones the unit prevents.
 func TestUnitMatchesCodes(t *testing.T) {
-	raw, err := os.ReadFile("../../units/latchkey-verifier.service")
+	got, err := systemdunit.Fields("../../units/latchkey-verifier.service", "RestartPreventExitStatus")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^RestartPreventExitStatus=(.*)$`).FindSubmatch(raw)
-	if m == nil {
-		t.Fatal("latchkey-verifier.service has no RestartPreventExitStatus=")
-	}
-	if got, want := strings.Fields(string(m[1])), []string{strconv.Itoa(BadConfig)}; strings.Join(got, " ") != strings.Join(want, " ") {
+	if want := []string{strconv.Itoa(BadConfig)}; strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("RestartPreventExitStatus=%v, want %v", got, want)
 	}
 }
@@ -44,6 +40,9 @@ func TestDocumented(t *testing.T) {
 	_, doc, ok := strings.Cut(string(raw), "Exit codes of latchkey-verifier")
 	if !ok {
 		t.Fatal("docs/configuration.md has no table of the verifier's exit codes")
+	}
+	if Name(-1) != "unknown" || Name(Last+1) != "unknown" {
+		t.Fatalf("codes outside 0..%d are named %q and %q", Last, Name(-1), Name(Last+1))
 	}
 	seen := map[string]int{}
 	for code := OK; code <= Last; code++ {

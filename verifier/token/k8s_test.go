@@ -11,7 +11,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -33,29 +32,9 @@ import (
 	"github.com/latchkey/latchkey/verifier/deploy"
 )
 
-func TestMain(m *testing.M) {
-	if path := os.Getenv(k8stest.EnvVar); path != "" {
-		if err := applyRBAC(); err != nil {
-			fmt.Fprintln(os.Stderr, "apply RBAC:", err)
-			os.Exit(1)
-		}
-	}
-	os.Exit(m.Run())
-}
-
-func applyRBAC() error {
-	env, err := k8stest.Parse(os.Getenv(k8stest.EnvVar))
-	if err != nil {
-		return err
-	}
-	c, err := k8stest.Client(env["LATCHKEY_K8S_ADMIN_KUBECONFIG"])
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return deploy.Apply(ctx, c)
-}
+// TestMain installs the shipped RBAC, so the tests run with exactly the
+// verifier's narrow credential.
+func TestMain(m *testing.M) { k8stest.Main(m, deploy.Apply) }
 
 // The default: an authentication-only token and the ticket's CA bundle
 // pass the real kubeadm's file discovery, and cluster-info is never

@@ -135,16 +135,11 @@ func (f *serveFlags) loadFile() (*app.Config, error) {
 			return nil, err
 		}
 	}
-	set := func(dst *string, v string) {
-		if v != "" {
-			*dst = v
-		}
-	}
-	set(&cfg.Listen, f.listen)
-	set(&cfg.Policy, f.policy)
-	set(&cfg.StateDir, f.stateDir)
-	set(&cfg.MasterSecretFile, f.masterSecret)
-	set(&cfg.ClusterSalt, f.salt)
+	cli.Override(&cfg.Listen, f.listen)
+	cli.Override(&cfg.Policy, f.policy)
+	cli.Override(&cfg.StateDir, f.stateDir)
+	cli.Override(&cfg.MasterSecretFile, f.masterSecret)
+	cli.Override(&cfg.ClusterSalt, f.salt)
 	cfg.Defaults()
 	return cfg, nil
 }
