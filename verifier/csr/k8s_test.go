@@ -34,10 +34,13 @@ import (
 // verifier's narrow credential.
 func TestMain(m *testing.M) { k8stest.Main(m, deploy.Apply) }
 
-// runApprover runs the approver with the verifier's credential until ctx
-// ends, reading binding Leases; it returns the Lease store.
-func runApprover(ctx context.Context, t *testing.T, env k8stest.Env) *binding.Leases {
+// start runs the approver with the verifier's credential until the test
+// ends, reading binding Leases, and returns the Lease store and a minter.
+func start(t *testing.T) (context.Context, k8stest.Env, *binding.Leases, *token.Kube) {
 	t.Helper()
+	env := k8stest.Load(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	leases, err := binding.NewLeases(binding.LeaseConfig{Client: env.Verifier(t), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +51,7 @@ func runApprover(ctx context.Context, t *testing.T, env k8stest.Env) *binding.Le
 		t.Fatal(err)
 	}
 	go a.Run(ctx)
-	return leases
+	return ctx, env, leases, minter(t, env)
 }
 
 // minter mints real tokens with the verifier's credential.
@@ -123,11 +126,7 @@ func waitCSR(t *testing.T, c kubernetes.Interface, name string) *certv1.Certific
 // CSR for another node name, and a CSR for the node made with a token
 // that carries the node's group but is not the one its Lease records.
 func TestK8sCSRIdentityBinding(t *testing.T) {
-	env := k8stest.Load(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	leases := runApprover(ctx, t, env)
-	k := minter(t, env)
+	ctx, env, leases, k := start(t)
 	g, err := k.Mint(ctx, workerReq("attested-node"))
 	if err != nil {
 		t.Fatal(err)
@@ -215,11 +214,7 @@ func deniedBy(csr *certv1.CertificateSigningRequest, reason string) bool {
 // approver approved, then the Node registers, and the reaper deletes the
 // token Secret. A token whose node never registers stays.
 func TestK8sTokenDeletedOnceUsed(t *testing.T) {
-	env := k8stest.Load(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	leases := runApprover(ctx, t, env)
-	k := minter(t, env)
+	ctx, env, leases, k := start(t)
 	reaped := make(chan struct{}, 4)
 	r, err := NewReaper(ReaperConfig{Client: env.Verifier(t), Revoker: k, Resync: time.Second,
 		Logger: slog.New(slog.DiscardHandler), OnReaped: func() { reaped <- struct{}{} }})
