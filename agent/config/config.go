@@ -214,7 +214,7 @@ func (c *Config) defaults() error {
 		// name; do the same, so an upper-case host name is the same node.
 		c.NodeName = strings.ToLower(h)
 	}
-	setDefault(&c.Role, "worker")
+	setDefault(&c.Role, protocol.RoleWorker)
 	setDefault(&c.Variant, "auto")
 	setDefault(&c.Disk.Mode, "luks")
 	setDefault(&c.StatusSocket, localapi.AgentSocket)
