@@ -42,16 +42,13 @@ func TestDocumented(t *testing.T) {
 	if Name(-1) != "unknown" || Name(Last+1) != "unknown" {
 		t.Fatalf("codes outside 0..%d are named %q and %q", Last, Name(-1), Name(Last+1))
 	}
-	seen := map[string]int{}
-	for code := OK; code <= Last; code++ {
-		n := Name(code)
-		if n == "unknown" {
-			t.Fatalf("code %d has no name", code)
+	if len(names) != Last+1 || len(slices.Compact(slices.Sorted(slices.Values(names[:])))) != len(names) {
+		t.Fatalf("names %q: want one distinct name for each code 0..%d", names, Last)
+	}
+	for code, n := range names {
+		if n == "" || Name(code) != n {
+			t.Fatalf("code %d is named %q", code, Name(code))
 		}
-		if prev, dup := seen[n]; dup {
-			t.Fatalf("codes %d and %d share the name %q", prev, code, n)
-		}
-		seen[n] = code
 		if !strings.Contains(doc, "| "+strconv.Itoa(code)+" | `"+n+"` |") {
 			t.Errorf("docs/configuration.md does not list code %d as `%s`", code, n)
 		}
