@@ -282,8 +282,8 @@ func predictCmd(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&phases, "phase", "a boot phase to predict pcr 11 for (repeatable; default the agent's phases)")
 	stub := fs.String("stub", string(predict.Stub252), "systemd-stub generation in the UKI: 252 or 254")
 	fs.BoolVar(&o.SecureBootOff, "secure-boot-off", false, "admit machines with Secure Boot off")
-	if err := fs.Parse(args); err != nil {
-		return exitcode.BadConfig
+	if code, ok := cli.Parse(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() != 0 || o.UKI == "" {
 		fmt.Fprintln(stderr, policyUsage)
@@ -310,8 +310,8 @@ func tokensCmd(args []string, stdout, stderr io.Writer) int {
 		return exitcode.BadConfig
 	}
 	sub := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitcode.BadConfig
+	if code, ok := cli.Parse(fs, args[1:]); !ok {
+		return code
 	}
 	conn, err := localapi.Dial(*socket)
 	if err != nil {
@@ -365,7 +365,10 @@ func bindingsCmd(args []string, stdout, stderr io.Writer) int {
 		return exitcode.BadConfig
 	}
 	sub := args[0]
-	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
+	if code, ok := cli.Parse(fs, args[1:]); !ok {
+		return code
+	}
+	if fs.NArg() != 0 {
 		fmt.Fprintln(stderr, bindingsUsage)
 		return exitcode.BadConfig
 	}
@@ -415,9 +418,13 @@ func collateralCmd(args []string, stdout, stderr io.Writer) int {
 	product := fs.String("product", "Milan", "product line: Milan, Genoa or Turin")
 	chipHex := fs.String("chip-id", "", "chip ID (128 hex digits, from the report or the refusal)")
 	tcb := fs.Uint64("tcb", 0, "reported TCB version (from the report or the refusal)")
-	if len(args) == 0 || args[0] != "fetch" || fs.Parse(args[1:]) != nil {
-		fmt.Fprintln(stderr, "usage: latchkey-verifier collateral fetch --chip-id HEX --tcb N [--product Milan] [--config FILE]")
+	const usage = "usage: latchkey-verifier collateral fetch --chip-id HEX --tcb N [--product Milan] [--config FILE]"
+	if len(args) == 0 || args[0] != "fetch" {
+		fmt.Fprintln(stderr, usage)
 		return exitcode.BadConfig
+	}
+	if code, ok := cli.Parse(fs, args[1:]); !ok {
+		return code
 	}
 	chipID, err := hex.DecodeString(*chipHex)
 	if err != nil || len(chipID) != 64 {
