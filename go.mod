@@ -3,7 +3,7 @@ module github.com/latchkey/latchkey
 go 1.26.8
 
 require (
-	github.com/anatol/devmapper.go v0.0.0-20230829043248-59ac2b9706ba // indirect
+	github.com/anatol/devmapper.go v0.0.0-20230829043248-59ac2b9706ba
 	github.com/anatol/luks.go v0.0.0-20250316021219-8cd744c3576f // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

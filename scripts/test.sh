@@ -8,7 +8,9 @@
 #   3. systemd units and the image kit (systemd-analyze, debootstrap root);
 #   4. the real Kubernetes control plane tier (kube-apiserver, etcd,
 #      kube-controller-manager, kubeadm built from k8s.io/kubernetes);
-#   5. the QEMU guest boots (swtpm TPM, dm-crypt, reboot, tamper, crash).
+#   5. the QEMU guest boots: a measured guest (OVMF, UKI, dm-verity root,
+#      swtpm TPM) and its dm-crypt state disk: reboot, real tampering,
+#      upgrade, crash.
 # Tiers 3-5 cache their builds under .cache/ (or $LATCHKEY_CACHE_DIR).
 #
 #   scripts/test.sh            everything

@@ -129,6 +129,7 @@ verifier_smoke() {
   mkdir -p "$v" "$U/latchkey-verifier.service.d" "$U/latchkey-verifier.socket.d"
   cp "$VERIFIER" "$v/latchkey-verifier"
   head -c 32 /dev/urandom >"$v/master-secret"
+  chmod 600 "$v/master-secret" # the verifier refuses a secret others can read
   printf 'apiVersion: latchkey/v1\ntpm:\n  pcrs:\n    "7": ["%064d"]\n  ekPublicKeyHashes: ["sha256:%064d"]\n' 0 0 >"$v/policy.yaml"
   printf 'policy: %s\nclusterSalt: unit-smoke\n' "$v/policy.yaml" >"$v/verifier.yaml"
   cp "$REPO/units/latchkey-verifier.service" "$REPO/units/latchkey-verifier.socket" "$U/"

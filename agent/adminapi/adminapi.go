@@ -73,6 +73,12 @@ func WriteStatus(w io.Writer, st *adminv1.AgentStatus, now time.Time) error {
 	if r := st.GetLastReason(); r != latchkeyv1.Reason_REASON_UNSPECIFIED {
 		lastErr += " [" + r.String() + "]"
 	}
+	if d := st.GetEvidenceDigest(); d != "" {
+		line("evidence digest", d)
+	}
+	if id := st.GetTokenId(); id != "" {
+		line("token id", id)
+	}
 	line("last error", lastErr)
 	if st.GetStage() == adminv1.Stage_STAGE_FAILED {
 		line("exit code", fmt.Sprintf("%d (%s)", st.GetExitCode(), exitcode.Name(int(st.GetExitCode()))))

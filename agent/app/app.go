@@ -35,6 +35,8 @@ type Deps struct {
 	OnAttempt func(endpoint string, attempt int)
 	// OnAttemptFailed is told why an attempt failed; optional.
 	OnAttemptFailed func(err error)
+	// OnTicket is told of each ticket received; optional.
+	OnTicket func(ticket.Received)
 }
 
 // Build assembles a boot from a validated config. The returned close
@@ -113,7 +115,7 @@ func newTickets(cfg *config.Config, issuer attest.Issuer, deps Deps) (*ticket.Cl
 	return ticket.New(ticket.Config{Endpoints: cfg.Verifiers, Pins: pins,
 		InsecureSkipVerifierAuth: cfg.InsecureSkipVerifierAuth, ServerName: cfg.VerifierName, Issuer: issuer,
 		Timeout: cfg.Timeout.Duration, Logger: deps.Logger, OnAttempt: deps.OnAttempt,
-		OnAttemptFailed: deps.OnAttemptFailed})
+		OnAttemptFailed: deps.OnAttemptFailed, OnTicket: deps.OnTicket})
 }
 
 func newDisk(cfg *config.Config, log *slog.Logger) (disk.Stage, error) {

@@ -100,3 +100,25 @@ func (s *State) Variant(v latchkeyv1.Variant) {
 	defer s.mu.Unlock()
 	s.st.Variant = v
 }
+
+// Ticket records a ticket received: its verifier, evidence digest and, when
+// it carried one, its token ID (a second attestation for a token keeps the
+// first one's digest only if it brought none of its own).
+func (s *State) Ticket(r ticket.Received) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.VerifierEndpoint, s.st.EvidenceDigest, s.st.Variant = r.Verifier, r.EvidenceDigest, r.Variant
+	if r.TokenID != "" {
+		s.st.TokenId = r.TokenID
+	}
+}
+
+// Ready records the end of a successful boot.
+func (s *State) Ready() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st.Stage != adminv1.Stage_STAGE_READY {
+		s.st.Stage, s.st.StageSinceUnix = adminv1.Stage_STAGE_READY, s.now().Unix()
+	}
+	s.st.ExitCode, s.st.StatusLine = 0, "node ready"
+}

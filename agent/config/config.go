@@ -63,7 +63,15 @@ type Config struct {
 	// StatusSocket is the local admin API socket (default
 	// /run/latchkey/agent/admin.sock; "-" disables it).
 	StatusSocket string `json:"statusSocket,omitempty"`
+	// StatusFile is where the agent leaves its last result when it exits,
+	// for `latchkey-agent status` after the process is gone (default
+	// /run/latchkey/agent/last.json; "-" disables it).
+	StatusFile string `json:"statusFile,omitempty"`
 }
+
+// DefaultStatusFile is the default StatusFile, next to the status socket
+// in the unit's RuntimeDirectory (which the unit preserves when it stops).
+const DefaultStatusFile = "/run/latchkey/agent/last.json"
 
 // TPMConfig selects the TPM and the PCRs to quote.
 type TPMConfig struct {
@@ -218,6 +226,7 @@ func (c *Config) defaults() error {
 	setDefault(&c.Variant, "auto")
 	setDefault(&c.Disk.Mode, "luks")
 	setDefault(&c.StatusSocket, localapi.AgentSocket)
+	setDefault(&c.StatusFile, DefaultStatusFile)
 	if c.Timeout.Duration == 0 {
 		c.Timeout.Duration = 10 * time.Minute
 	}

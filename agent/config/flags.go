@@ -28,7 +28,7 @@ type Flags struct {
 	Insecure, DryRun, NoJoin, KubeadmDryRun                  bool
 	Kubeadm, IgnorePreflight, Wipe                           string
 	NodeName, Role, Variant, TPMDevice, DiskMode, DiskDevice string
-	DiskUUID                                                 string
+	DiskUUID, StatusFile                                     string
 	Timeout                                                  time.Duration
 }
 
@@ -70,6 +70,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.NoJoin, "no-join", false, "do not join Kubernetes (disk-only machines)")
 	fs.StringVar(&f.CmdlinePath, "kernel-cmdline", "/proc/cmdline", "kernel command line to read latchkey.* from")
 	fs.DurationVar(&f.Timeout, "timeout", 0, "give up getting a ticket after this long (default 10m)")
+	fs.StringVar(&f.StatusFile, "status-file", "", "where to leave the last result for `latchkey-agent status` (default "+DefaultStatusFile+"; - keeps none)")
 }
 
 // Load reads the config file, overlays the kernel command line, then
@@ -114,6 +115,7 @@ func (f *Flags) Apply(c *Config) {
 	cli.Override(&c.Disk.Mode, f.DiskMode)
 	cli.Override(&c.Disk.Device, f.DiskDevice)
 	cli.Override(&c.Disk.UUID, f.DiskUUID)
+	cli.Override(&c.StatusFile, f.StatusFile)
 	if f.Timeout != 0 { // a negative value is refused by Validate
 		c.Timeout.Duration = f.Timeout
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -40,6 +41,9 @@ func (c *Config) validateLocal() error {
 	}
 	if c.Disk.WaitTimeout.Duration < 0 {
 		return fmt.Errorf("disk.waitTimeout %s is negative", c.Disk.WaitTimeout.Duration)
+	}
+	if c.StatusFile != "-" && !filepath.IsAbs(c.StatusFile) {
+		return fmt.Errorf("statusFile %q is not an absolute path (or \"-\" to keep no last result)", c.StatusFile)
 	}
 	return c.validateDiskUUID()
 }

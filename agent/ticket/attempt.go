@@ -138,11 +138,28 @@ func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_Joi
 // never the key or the token secret.
 func (c *Client) logReceived(endpoint string, evidence []byte, t *latchkeyv1.Ticket) {
 	d := attest.EvidenceDigest(evidence)
-	attrs := []any{logKeyVerifier, endpoint, logKeyEvidenceDigest, "sha256:" + hex.EncodeToString(d[:])}
+	r := Received{Verifier: endpoint, EvidenceDigest: "sha256:" + hex.EncodeToString(d[:]), Variant: c.cfg.Issuer.Variant()}
+	attrs := []any{logKeyVerifier, endpoint, logKeyEvidenceDigest, r.EvidenceDigest}
 	if id, _, ok := strings.Cut(t.GetToken(), "."); ok {
+		r.TokenID = id
 		attrs = append(attrs, logKeyTokenID, id)
 	}
 	c.cfg.Logger.Info("ticket received", attrs...)
+	if c.cfg.OnTicket != nil {
+		c.cfg.OnTicket(r)
+	}
+}
+
+// Received is what the node may keep about a ticket: where it came from
+// and the values that match the verifier's audit line, never the key or
+// the token secret.
+type Received struct {
+	Verifier       string
+	EvidenceDigest string
+	// TokenID is the token's public ID, "" when the ticket had no token.
+	TokenID string
+	// Variant is the evidence variant the ticket was given for.
+	Variant latchkeyv1.Variant
 }
 
 // Log keys of the ticket stage, named as the verifier's audit line names

@@ -63,6 +63,9 @@ type Config struct {
 	OnAttempt func(endpoint string, attempt int)
 	// OnAttemptFailed is told why an attempt failed; optional.
 	OnAttemptFailed func(err error)
+	// OnTicket is told of each ticket received and acknowledged (what the
+	// "ticket received" line logs); optional.
+	OnTicket func(Received)
 	// Start picks the endpoint the first attempt goes to, from 0 to n-1
 	// (default: at random, so a fleet spreads over the replicas instead of
 	// all starting at the first one).

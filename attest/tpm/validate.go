@@ -175,19 +175,20 @@ func (v *Validator) Verify(ctx context.Context, evidenceBytes, binding []byte, r
 // CheckPolicy compares a verified state with the policy's reference
 // values:
 //
-//  1. PCRs (PCR_MISMATCH): every PCR the policy lists must be quoted and
+//  1. Components (the policy's boot section, when set): see
+//     compiledBoot.check for its checks and reasons. They come first
+//     because they name what changed (a UKI, a command line) where a raw
+//     PCR value only says that something in the PCR did.
+//  2. PCRs (PCR_MISMATCH): every PCR the policy lists must be quoted and
 //     hold one of its listed values; the detail names the lowest failing
 //     index.
-//  2. Components (the policy's boot section, when set): see
-//     compiledBoot.check for its checks and reasons.
 func (v *Validator) CheckPolicy(st *State) error {
-	if err := v.checkPolicyPCRs(st); err != nil {
-		return err
-	}
 	if v.policy.boot != nil {
-		return v.policy.boot.check(st)
+		if err := v.policy.boot.check(st); err != nil {
+			return err
+		}
 	}
-	return nil
+	return v.checkPolicyPCRs(st)
 }
 
 // trustAK is step 2 of Validate. It returns the state's key fields and
@@ -290,7 +291,7 @@ func checkQuotedPCRs(ev *evidence) error {
 	return nil
 }
 
-// checkPolicyPCRs is step 1 of CheckPolicy.
+// checkPolicyPCRs is step 2 of CheckPolicy.
 func (v *Validator) checkPolicyPCRs(st *State) error {
 	for _, idx := range v.policy.pcrOrder {
 		got, ok := st.PCRs[idx]

@@ -16,11 +16,16 @@ VM_MIRROR=${LATCHKEY_VM_MIRROR:-http://deb.debian.org/debian}
 VM_KERNEL_META=linux-image-cloud-amd64
 # The guest's Debian packages. cryptsetup-bin for luksFormat/open, kmod so
 # the kernel can load dm-crypt on demand, iproute2 for debugging the link.
-VM_ROOTFS_PACKAGES=systemd,systemd-sysv,udev,cryptsetup-bin,e2fsprogs,kmod,iproute2
-# The initrd's modules, in load order: just enough to see the virtio disks.
-VM_INITRD_MODULES=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci virtio_blk)
-# Host tools the builder and the boot harness need, by Debian package.
-VM_HOST_PACKAGES=(qemu-system-x86 swtpm swtpm-tools gnutls-bin debootstrap socat cpio e2fsprogs kmod)
+VM_ROOTFS_PACKAGES=systemd,systemd-sysv,udev,cryptsetup-bin,e2fsprogs,kmod,iproute2,libtss2-esys-3.0.2-0,libtss2-mu0,libtss2-rc0
+# The initrd's modules: just enough to see the virtio disks and to map the
+# dm-verity root; their dependencies come from modprobe --show-depends, in
+# load order.
+VM_INITRD_MODULES=(virtio_pci virtio_blk dm-verity)
+# Host tools the builder and the boot harness need, by Debian package:
+# QEMU and OVMF (UEFI firmware), swtpm, and image/build-measured.sh's
+# tools (systemd-stub, objcopy, FAT and GPT tools, veritysetup, xxd).
+VM_HOST_PACKAGES=(qemu-system-x86 ovmf swtpm swtpm-tools gnutls-bin debootstrap socat cpio e2fsprogs kmod
+  systemd-boot-efi binutils dosfstools mtools gdisk cryptsetup-bin xxd python3)
 VM_ROOT_SIZE=${LATCHKEY_VM_ROOT_SIZE:-1536M}
 
 log() { printf '%s e2e-vm: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -91,24 +96,36 @@ ensure_host_tools() {
   command -v go >/dev/null || die "go not found in PATH"
 }
 
-# kernel_package prints the versioned kernel package the meta package
-# points at (e.g. linux-image-6.1.0-57-cloud-amd64) and its version.
+# kernel_package [older] prints the versioned kernel package the meta
+# package points at (e.g. linux-image-6.1.0-57-cloud-amd64) and its
+# version; with "older", the one an older version of the meta package in
+# the apt index points at (bookworm's point release next to the security
+# update): the measured guest's "other kernel".
 kernel_package() {
-  local pkg ver
-  pkg=$(apt-cache depends "$VM_KERNEL_META" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
-  if [[ -z $pkg ]]; then
-    apt_update_once
-    pkg=$(apt-cache depends "$VM_KERNEL_META" | awk '/Depends: linux-image-/ {print $2; exit}')
+  local pkg ver meta=$VM_KERNEL_META
+  if [[ ${1:-} == older ]]; then
+    [[ -n $(apt-cache madison "$VM_KERNEL_META" 2>/dev/null) ]] || apt_update_once
+    ver=$(apt-cache madison "$VM_KERNEL_META" | awk '{print $3}' | sort -u -V | head -n 1)
+    [[ -n $ver && $ver != "$(apt-cache madison "$VM_KERNEL_META" | awk '{print $3}' | sort -u -V | tail -n 1)" ]] ||
+      die "the measured guest needs two versions of $VM_KERNEL_META in the apt index (a point release and a security update)"
+    meta="$VM_KERNEL_META=$ver"
+    pkg=$(apt-cache show "$meta" | awk -F'[ ,]+' '/^Depends:/ {for (i = 2; i <= NF; i++) if ($i ~ /^linux-image-/) {print $i; exit}}')
+  else
+    pkg=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
+    if [[ -z $pkg ]]; then
+      apt_update_once
+      pkg=$(apt-cache depends "$meta" | awk '/Depends: linux-image-/ {print $2; exit}')
+    fi
   fi
-  [[ -n $pkg ]] || die "cannot resolve $VM_KERNEL_META"
+  [[ -n $pkg ]] || die "cannot resolve $meta"
   ver=$(apt-cache show --no-all-versions "$pkg" | awk '/^Version:/ {print $2; exit}')
   printf '%s %s\n' "$pkg" "$ver"
 }
 
-# build_kernel sets KERNEL_DIR (vmlinuz, lib/modules/KVER) and KVER.
+# build_kernel [older] sets KERNEL_DIR (vmlinuz, lib/modules/KVER) and KVER.
 build_kernel() {
   local pkg ver tmp
-  read -r pkg ver < <(kernel_package)
+  read -r pkg ver < <(kernel_package "${1:-}")
   KERNEL_DIR=$VM_CACHE/kernel-${pkg#linux-image-}-$ver
   if [[ ! -f $KERNEL_DIR/.done ]]; then
     log "kernel: fetching $pkg $ver"
@@ -163,42 +180,49 @@ build_vmguest() {
   mv "$VMGUEST_BIN.tmp" "$VMGUEST_BIN"
 }
 
-# build_initrd sets INITRD to a gzip'ed newc cpio holding the static init
-# and the virtio modules. Needs KERNEL_DIR, KVER, VMGUEST_BIN.
+# build_initrd [KERNEL_DIR KVER] sets INITRD to a gzip'ed newc cpio
+# holding the static init and the modules of VM_INITRD_MODULES with their
+# dependencies, for that kernel (default: KERNEL_DIR, KVER). Needs
+# VMGUEST_BIN. Files are stamped with one date, so the same inputs make
+# the same bytes (the UKI's digest, and so PCR 4 and 11, depend on them).
 build_initrd() {
-  local key tmp m f
-  key=$(sha256sum "$VMGUEST_BIN" | key_of "$KVER" "${VM_INITRD_MODULES[*]}")
+  local kdir=${1:-$KERNEL_DIR} kver=${2:-$KVER} key tmp m f
+  key=$(sha256sum "$VMGUEST_BIN" | key_of "$kver" "${VM_INITRD_MODULES[*]}" initrd-v2)
   INITRD=$VM_CACHE/initrd-$key.cpio.gz
   [[ -f $INITRD ]] && return 0
   tmp=$(mktemp -d "$VM_CACHE/.initrd.XXXXXX")
   mkdir -p "$tmp/root"/{dev,proc,sys,etc,newroot,modules}
   mknod -m 600 "$tmp/root/dev/console" c 5 1
   cp "$VMGUEST_BIN" "$tmp/root/init"
-  for m in "${VM_INITRD_MODULES[@]}"; do
-    f=$(find "$KERNEL_DIR/lib/modules/$KVER" -name "$m.ko" -print -quit)
-    [[ -n $f ]] || die "initrd: module $m not found in $KVER"
+  while read -r f; do
+    m=$(basename "$f")
+    [[ -e $tmp/root/modules/$m ]] && continue
     cp "$f" "$tmp/root/modules/"
-    echo "/modules/$m.ko" >>"$tmp/root/etc/modules.load"
-  done
-  (cd "$tmp/root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 | gzip -1 >"$tmp/initrd")
+    echo "/modules/$m" >>"$tmp/root/etc/modules.load"
+  done < <(for m in "${VM_INITRD_MODULES[@]}"; do
+    modprobe --show-depends -d "$kdir" -S "$kver" "$m" || die "initrd: module $m not found in $kver"
+  done | awk '$1 == "insmod" {print $2}')
+  find "$tmp/root" -exec touch -h -d @0 {} +
+  (cd "$tmp/root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 --reproducible | gzip -1 -n >"$tmp/initrd")
   mv "$tmp/initrd" "$INITRD"
   safe_rm "$tmp"
-  prune_except "$INITRD" "$VM_CACHE"/initrd-*.cpio.gz
 }
 
 # guest_common_setup DIR: what every harness guest needs on top of the
 # debootstrap tree: kernel modules, the vmguest helper, a static network on
 # QEMU's user network, and no units that only slow a test boot down.
 guest_common_setup() {
-  local root=$1
+  local root=$1 k
   mkdir -p "$root/lib/modules"
-  cp -a "$KERNEL_DIR/lib/modules/$KVER" "$root/lib/modules/"
+  for k in "${GUEST_KERNELS[@]:-$KERNEL_DIR}"; do
+    cp -a "$k"/lib/modules/* "$root/lib/modules/"
+  done
   install -m 0755 "$VMGUEST_BIN" "$root/usr/local/sbin/latchkey-vmguest"
   cp -a "$REPO/scripts/vm/guest/common/." "$root/"
   echo latchkey-e2e >"$root/etc/hostname"
   # A fixed machine-id keeps boots of one image comparable.
   echo 4c61746368b0e2e0c0ffee0000000001 >"$root/etc/machine-id"
-  printf '/dev/vda / ext4 rw,errors=remount-ro 0 1\n' >"$root/etc/fstab"
+  printf '/dev/vda / ext4 rw,errors=remount-ro 0 1\n' >"$root/etc/fstab" # build-measured.sh rewrites it
   systemctl --root="$root" enable systemd-networkd.service systemd-networkd-wait-online.service >/dev/null 2>&1 ||
     die "enable systemd-networkd in guest failed"
   systemctl --root="$root" mask getty@tty1.service serial-getty@ttyS0.service getty-static.service \
@@ -214,7 +238,7 @@ guest_common_setup() {
 # what HOOK installs changes.
 build_image() {
   local name=$1 hook=$2 input_key=${3:-} key tmp t0
-  key=$(key_of "$ROOTFS_DIR" "$KVER" "$VMGUEST_BIN" "$input_key" "$VM_ROOT_SIZE" \
+  key=$(key_of "$ROOTFS_DIR" "$KVER" "${GUEST_KERNELS[*]:-}" "$VMGUEST_BIN" "$input_key" "$VM_ROOT_SIZE" \
     "$(tree_hash "$REPO/scripts/vm/guest")" "$(declare -f guest_common_setup "$hook")" </dev/null)
   IMAGE=$VM_CACHE/image-$name-$key.ext4
   [[ -f $IMAGE ]] && return 0
@@ -238,4 +262,70 @@ build_base() {
   build_rootfs
   build_vmguest
   build_initrd
+}
+
+# ---------------------------------------------------------------- measured
+
+# The measured guest boots two kernels: v1 is the image as first released
+# (the older Debian kernel in the apt index), v2 its upgrade (the current
+# one). Both kernels' modules are in the one verified root; each UKI
+# carries its own initrd.
+# OVMF's 4 MiB build without Secure Boot keys (run.sh: the code read-only,
+# a copy of the variable store per node).
+# shellcheck disable=SC2034 # used by run.sh
+OVMF_CODE=/usr/share/OVMF/OVMF_CODE_4M.fd
+# shellcheck disable=SC2034 # used by run.sh
+OVMF_VARS=/usr/share/OVMF/OVMF_VARS_4M.fd
+MEASURED_KIT=image/build-measured.sh
+
+# build_measured_base sets KERNEL1_DIR, KVER1, INITRD1 (v1) next to
+# KERNEL_DIR, KVER, INITRD (v2) and GUEST_KERNELS. Needs build_base.
+build_measured_base() {
+  local k2=$KERNEL_DIR v2=$KVER i2=$INITRD
+  build_kernel older
+  KERNEL1_DIR=$KERNEL_DIR KVER1=$KVER
+  build_initrd "$KERNEL1_DIR" "$KVER1"
+  INITRD1=$INITRD
+  KERNEL_DIR=$k2 KVER=$v2 INITRD=$i2
+  GUEST_KERNELS=("$KERNEL1_DIR" "$KERNEL_DIR")
+}
+
+# build_measured NAME HOOK INPUT_KEY CMDLINE: sets MEASURED to a cached
+# folder holding image/build-measured.sh's outputs for one guest root:
+#   v1/            disk.img (GPT: ESP with UKI v1, verity root), uki.efi,
+#                  cmdline, layout.env, pcrs.yaml: the released image
+#   v2/            UKI + ESP over the same root with the v2 kernel
+#   evil-cmdline/  UKI + ESP of v1 with one more kernel argument
+#   agent-block    the root file system block holding the first bytes of
+#                  /usr/bin/latchkey-agent (the root tamper step flips one)
+# INPUT_KEY must change whenever what HOOK installs changes.
+build_measured() {
+  local name=$1 hook=$2 input_key=$3 cmdline=$4 key tmp t0 kit=$REPO/$MEASURED_KIT old
+  key=$(key_of "$ROOTFS_DIR" "${GUEST_KERNELS[*]}" "$VMGUEST_BIN" "$input_key" "$VM_ROOT_SIZE" "$cmdline" \
+    "$(sha256sum "$INITRD1" "$INITRD" "$kit" "$REPO/image/pe-authenticode.py" "$REPO/scripts/lib/common.sh")" \
+    "$(tree_hash "$REPO/scripts/vm/guest")" "$(declare -f guest_common_setup "$hook" build_measured)" </dev/null)
+  MEASURED=$VM_CACHE/measured-$name-$key
+  [[ -f $MEASURED/.done ]] && return 0
+  t0=$SECONDS
+  tmp=$(mktemp -d "$VM_CACHE/.measured.XXXXXX")
+  cp -a "$ROOTFS_DIR/root" "$tmp/root"
+  guest_common_setup "$tmp/root"
+  "$hook" "$tmp/root"
+  "$kit" --root "$tmp/root" --kernel "$KERNEL1_DIR/vmlinuz" --initrd "$INITRD1" --root-size "$VM_ROOT_SIZE" \
+    --cmdline "$cmdline" --out "$tmp/v1" >"$tmp/v1.log" 2>&1 || { cat "$tmp/v1.log" >&2; die "$MEASURED_KIT (v1) failed"; }
+  "$kit" --reuse-root "$tmp/v1" --kernel "$KERNEL_DIR/vmlinuz" --initrd "$INITRD" --no-disk \
+    --cmdline "$cmdline" --out "$tmp/v2" >"$tmp/v2.log" 2>&1 || { cat "$tmp/v2.log" >&2; die "$MEASURED_KIT (v2) failed"; }
+  "$kit" --reuse-root "$tmp/v1" --kernel "$KERNEL1_DIR/vmlinuz" --initrd "$INITRD1" --no-disk \
+    --cmdline "$cmdline $P2_EVIL_ARG" --out "$tmp/evil-cmdline" >"$tmp/evil.log" 2>&1 ||
+    { cat "$tmp/evil.log" >&2; die "$MEASURED_KIT (evil-cmdline) failed"; }
+  debugfs -R "bmap /usr/bin/latchkey-agent 0" "$tmp/v1/root.img" 2>/dev/null | grep -E '^[0-9]+$' >"$tmp/agent-block" ||
+    die "cannot find latchkey-agent's first block in the root image"
+  # disk.img holds the root and its hash tree; the separate copies only
+  # served the variants.
+  rm -f "$tmp/v1/root.img" "$tmp/v1/root.verity"
+  safe_rm "$tmp/root"
+  touch "$tmp/.done"
+  for old in "$VM_CACHE"/measured-"$name"-*; do [[ $old != "$MEASURED" ]] && safe_rm "$old"; done
+  mv "$tmp" "$MEASURED"
+  log "measured image $name: built in $((SECONDS - t0)) s (root hash $(sed -n 's/^ROOT_HASH=//p' "$MEASURED/v1/layout.env"))"
 }

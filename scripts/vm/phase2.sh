@@ -1,13 +1,18 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # BOOT_* globals are read by boot() in run.sh
-# Phase 2 of scripts/e2e-vm.sh (sourced): latchkey's own scenario (issue 7).
+# Phase 2 of scripts/e2e-vm.sh (sourced): latchkey's own scenario (issues
+# 7 and 11) on a measured guest.
 #
-# The guest image is the debootstrap root with latchkey installed by the
-# real image/install.sh (binaries, units, drop-ins, presets, config), plus
+# The guest is the debootstrap root with latchkey installed by the real
+# image/install.sh (binaries, units, drop-ins, presets, config), plus
 # test-only units from scripts/vm/guest/phase2: a kubelet stand-in (so the
-# real kubelet drop-in decides whether it starts), a golden-boot measure
-# unit, and a check unit that reports the boot's outcome on the console.
-# The verifier runs on a host loopback port, forwarded into the guest.
+# real kubelet drop-in decides whether it starts) and a check unit that
+# reports the boot's outcome and the PCRs on the console. The real
+# image/build-measured.sh turns it into a GPT disk (ESP with a UKI, root
+# under dm-verity) that OVMF boots with swtpm as the TPM, and predicts its
+# PCRs 4, 11 and 12: that prediction is the verifier's policy. The
+# verifier runs on a host loopback port, which the guest reaches as
+# 192.0.2.100:7443 (the address on the UKI's command line).
 
 # LATCHKEY_E2E_JOIN:
 #   disabled (default) join.disabled in the agent config; the verifier runs
@@ -22,8 +27,14 @@ P2_JOIN=${LATCHKEY_E2E_JOIN:-disabled}
 P2_NETNS=latchkey-e2e-vm # the control plane's network namespace (kubeadm mode)
 # The agent's ticket timeout in the guest: long enough for the verifier
 # outage step, short enough that a refused boot ends within minutes.
-P2_AGENT_TIMEOUT=${LATCHKEY_E2E_AGENT_TIMEOUT:-60s}
-P2_TAMPER_PCR=9
+P2_AGENT_TIMEOUT=${LATCHKEY_E2E_AGENT_TIMEOUT:-40s}
+# The verifier as the measured command line names it, and its pin: the
+# serving key lives in the cache (a throwaway test key) so the pin, the
+# command line and so the whole image stay cacheable across runs.
+P2_GUEST_VERIFIER=$GUEST_HOST_IP:7443
+# One more kernel argument in the "rebuilt UKI" and "firmware override"
+# tamper steps: a root shell on tty9, what an attacker would want.
+P2_EVIL_ARG=systemd.debug_shell=1
 # The agent's log line (journald forwards it to the console) at which the
 # crash step cuts the power.
 P2_CRASH_LINE='state disk: LUKS2 header written'
@@ -48,7 +59,7 @@ build_latchkey() {
 # write_agent_config: the agent.yaml the image bakes in. The verifier and
 # its pin come from the kernel command line, as image/README.md describes.
 write_agent_config() {
-  P2_AGENT_CONFIG=$VM_CACHE/agent-e2e.yaml
+  P2_AGENT_CONFIG=$VM_CACHE/agent-e2e-$P2_JOIN.yaml
   {
     echo "# latchkey-agent config of the e2e guest (scripts/vm/phase2.sh)"
     echo "variant: tpm"
@@ -73,7 +84,7 @@ phase2_hook() {
     install -m 0755 "$K8S_BIN/kubeadm" "$root/usr/local/bin/kubeadm"
     cp -a "$REPO/scripts/vm/guest/kubeadm/." "$root/"
   fi
-  systemctl --root="$root" enable kubelet.service latchkey-e2e-measure.service \
+  systemctl --root="$root" enable kubelet.service \
     latchkey-e2e-check.service >/dev/null 2>&1 || die "enable phase 2 guest units failed"
 }
 
@@ -83,13 +94,17 @@ build_phase2_image() {
   [[ -z $missing ]] || die "phase 2 needs: ${missing//$'\n'/, }"
   build_latchkey
   write_agent_config
+  build_measured_base
   local kubeadm_id=none
   if [[ $P2_JOIN == kubeadm ]]; then
     K8S_BIN=$("$REPO/scripts/k8s/build.sh") || die "scripts/k8s/build.sh failed"
     kubeadm_id=$(sha256sum "$K8S_BIN/kubeadm")
   fi
-  build_image "phase2-$P2_JOIN" phase2_hook "$( (sha256sum "$P2_BIN/latchkey-agent" "$P2_AGENT_CONFIG"
-    echo "$kubeadm_id"; tree_hash "$REPO/image" "$REPO/units") | key_of)"
+  [[ -n ${VERIFIER_PIN:-} ]] || verifier_pin
+  build_measured "phase2-$P2_JOIN" phase2_hook "$( (sha256sum "$P2_BIN/latchkey-agent" "$P2_AGENT_CONFIG"
+    echo "$kubeadm_id"; tree_hash "$REPO/image" "$REPO/units") | key_of)" \
+    "console=ttyS0,115200 panic=1 latchkey.verifier=$P2_GUEST_VERIFIER latchkey.pin=$VERIFIER_PIN"
+  IMAGE=$MEASURED/v1/disk.img
 }
 
 # ---------------------------------------------------------------- verifier
@@ -115,15 +130,23 @@ k8s_down() {
 # verifier_init: config, master secret and serving key under
 # $RUN_DIR/verifier; sets VERIFIER_PORT, VERIFIER_CONFIG, VERIFIER_PIN.
 # In kubeadm mode the verifier runs in the control plane's namespace.
+# verifier_pin: the pin of the e2e verifier's serving key, kept in the
+# cache ($VM_CACHE/e2e-verifier-state, made on first use).
+verifier_pin() {
+  local state=$VM_CACHE/e2e-verifier-state
+  mkdir -p "$state" && chmod 700 "$state"
+  VERIFIER_PIN=$("$P2_BIN/latchkey-verifier" pin --state-dir "$state") || die "latchkey-verifier pin failed"
+}
+
 verifier_init() {
   local dir=$RUN_DIR/verifier
-  mkdir -p "$dir/state" && chmod 700 "$dir"
+  mkdir -p "$dir" && chmod 700 "$dir"
   VERIFIER_PORT=$(free_port)
   head -c 32 /dev/urandom >"$dir/master.secret" && chmod 600 "$dir/master.secret"
   VERIFIER_CONFIG=$dir/verifier.yaml
   cat >"$VERIFIER_CONFIG" <<EOF
 listen: 127.0.0.1:$VERIFIER_PORT
-stateDir: $dir/state
+stateDir: $VM_CACHE/e2e-verifier-state
 policy: $dir/policy.yaml
 masterSecretFile: $dir/master.secret
 clusterSalt: latchkey-e2e-vm
@@ -133,10 +156,11 @@ EOF
     printf 'kubernetes:\n  kubeconfig: %s\n' "$LATCHKEY_K8S_VERIFIER_KUBECONFIG" >>"$VERIFIER_CONFIG"
     VERIFIER_NS=$P2_NETNS
   fi
-  VERIFIER_PIN=$("$P2_BIN/latchkey-verifier" pin --config "$VERIFIER_CONFIG") || die "latchkey-verifier pin failed"
+  [[ $("$P2_BIN/latchkey-verifier" pin --config "$VERIFIER_CONFIG") == "$VERIFIER_PIN" ]] ||
+    die "the verifier's pin is not the one on the image's command line"
   VERIFIER_LOG=$dir/verifier.log
   : >"$VERIFIER_LOG"
-  forward_port "$VERIFIER_PORT" "$VERIFIER_NS"
+  forward_to "${P2_GUEST_VERIFIER%:*}" "${P2_GUEST_VERIFIER#*:}" 127.0.0.1 "$VERIFIER_PORT" "$VERIFIER_NS"
 }
 
 VERIFIER_NS=''
@@ -151,27 +175,48 @@ verifier_start() {
 
 verifier_stop() { stop_pid "$VERIFIER_PID"; }
 
-# write_policy B64: the golden boot's `latchkey-agent measure` output, with
-# the throwaway EK CA added as ekCARoots so a second node manufactured by
-# the same CA (the crash step's) is trusted by its EK certificate.
+# write_policy PCRS.YAML...: the verifier's policy, predicted from the
+# images with no boot: `latchkey-verifier policy predict` on each image's
+# UKI (next to its PCRS.YAML) gives the UKI's Authenticode digest (the
+# component policy: PCR 4 through the replayed event log) and PCR 11 in
+# the agent's boot phases; every listed image is admitted (an upgrade
+# lists old and new together). The throwaway EK CA is the ekCARoots, so
+# every node manufactured by it is trusted by its EK certificate. No
+# golden boot is needed; the kit's own raw PCR 4/11/12 prediction is
+# checked against what the guest quotes (check_quoted).
 write_policy() {
-  local policy=$RUN_DIR/verifier/policy.yaml pem
-  base64 -d <<<"$1" >"$policy.tmp" || die "golden boot printed no valid measure output"
-  # ekCARoots is appended to the tpm section, which must come last.
-  if ! grep -q '^tpm:' "$policy.tmp" || [[ $(tail -n 1 "$policy.tmp") != ' '* ]] ||
-    [[ $(grep '^[a-z]' "$policy.tmp" | tail -n 1) != tpm:* ]]; then
-    die "unexpected measure output shape: $policy.tmp"
-  fi
+  local policy=$RUN_DIR/verifier/policy.yaml pem f uki out ukis=() pcr11=()
+  for f in "$@"; do
+    uki=$(dirname "$f")/uki.efi
+    out=$("$P2_BIN/latchkey-verifier" policy predict --uki "$uki" --secure-boot-off) ||
+      die "policy predict failed for $uki"
+    mapfile -t -O "${#ukis[@]}" ukis < <(sed -n 's/^    - \(sha256:[0-9a-f]\{64\}\)$/\1/p' <<<"$out")
+    mapfile -t -O "${#pcr11[@]}" pcr11 < <(sed -n 's/^    - \([0-9a-f]\{64\}\)$/\1/p' <<<"$out")
+  done
+  ((${#ukis[@]} == $# && ${#pcr11[@]} > 0)) || die "policy predict printed no uki or pcr 11 value"
   {
+    echo "# predicted by latchkey-verifier policy predict (scripts/vm/phase2.sh)"
+    echo "apiVersion: latchkey/v1"
+    echo "tpm:"
+    echo "  boot:"
+    echo "    secureBoot: {allowDisabled: true}"
+    echo "    ukis: [$(IFS=,; echo "${ukis[*]}")]"
+    echo "  pcrs:"
+    echo "    \"11\": [$(IFS=,; echo "${pcr11[*]}")]"
     echo "  ekCARoots:"
     for pem in "$RUN_DIR/tpmca/issuercert.pem" "$RUN_DIR/tpmca/swtpm-localca-rootca-cert.pem"; do
       echo "  - |"
       sed 's/^/    /' "$pem"
     done
-  } >>"$policy.tmp"
-  "$P2_BIN/latchkey-verifier" policy check "$policy.tmp" >&2 || die "captured policy does not validate"
+  } >"$policy.tmp"
+  "$P2_BIN/latchkey-verifier" policy check "$policy.tmp" >&2 || die "predicted policy does not validate"
   mv "$policy.tmp" "$policy"
 }
+
+# predicted VARIANT PCR: the kit's prediction for one UKI.
+predicted() { sed -n "s/^PCR$2=//p" "$MEASURED/$1/layout.env"; }
+# quoted PCR: what the last boot's check unit read from the TPM.
+quoted() { serial_value "pcr $1 sha256 " | tr 'A-F' 'a-f'; }
 
 # audit_mark / audit_lines: the verifier's "join decision" lines logged
 # since the mark, i.e. during one boot.
@@ -194,6 +239,7 @@ disk_uuid() { serial_value 'disk uuid '; }
 agent_ms() { serial_value 'agent ready in ' | awk '{print $1}'; }
 host_luks_uuid() { cryptsetup luksUUID "$RUN_DIR/$1/state.img" 2>/dev/null || echo none; }
 not_formatted() { ! serial_has 'LUKS2 header written'; }
+agent_silent() { ! serial_has 'latchkey-agent\['; }
 no_join_line() { ! serial_has 'running kubeadm join'; }
 joined() { serial_has 'E2E: kubeadm join --dry-run succeeded'; }
 
@@ -225,51 +271,112 @@ boot_note() {
 # ---------------------------------------------------------------- scenario
 
 run_phase2() {
+  VM_FIRMWARE=uefi
   build_phase2_image
   if [[ $P2_JOIN == kubeadm ]]; then k8s_up; fi
   verifier_init
-  BOOT_CMDLINE="latchkey.verifier=$GUEST_HOST_IP:$VERIFIER_PORT latchkey.pin=$VERIFIER_PIN"
   node_create n1
-  p2_golden
+  write_policy "$MEASURED/v1/pcrs.yaml"
   verifier_start
   p2_first_boot
   p2_reboot
-  p2_tampered
+  p2_tamper_root
+  p2_tamper_cmdline
+  p2_tamper_override
+  p2_other_kernel
+  p2_upgrade
   p2_verifier_down
   p2_crash
   verifier_stop
   if [[ $P2_JOIN == kubeadm ]]; then p2_no_secrets; fi
 }
 
-# p2_no_secrets: no bootstrap token secret ("<id>.<secret>") was printed
-# on any guest console (the agent streams kubeadm's output to the
-# journal) or in the verifier's log.
-p2_no_secrets() {
-  local n
-  n=$(cat "$RUN_DIR"/n*/serial-*.log "$VERIFIER_LOG" | tr -d '\r' |
-    grep -cE '\b[a-z0-9]{6}\.[a-z0-9]{16}\b' || true)
-  check "no bootstrap token in any log" test "$n" -eq 0
-  step_done "no token secret in any log" - "$n match(es) in consoles + verifier log"
+# node_esp NODE VARIANT: puts VARIANT's ESP (its UKI) on the node's disk,
+# as a host (or an image upgrade) replacing \EFI\BOOT\BOOTX64.EFI would.
+node_esp() {
+  local off
+  off=$(sed -n 's/^ESP_OFFSET=//p' "$MEASURED/v1/layout.env")
+  dd if="$MEASURED/$2/esp.img" of="$RUN_DIR/$1/root.img" bs=1M seek=$((off / 1048576)) conv=notrunc status=none
 }
 
-p2_golden() {
-  local b64
-  boot n1 golden -- latchkey.e2e.measure systemd.mask=latchkey-agent.service
-  b64=$(serial_value 'measure-b64 ')
+# node_flip_agent_byte NODE: xors one byte of /usr/bin/latchkey-agent in
+# the node's root partition (the data dm-verity checks); again restores it.
+node_flip_agent_byte() {
+  local off block b
+  off=$(sed -n 's/^ROOT_OFFSET=//p' "$MEASURED/v1/layout.env")
+  block=$(cat "$MEASURED/agent-block")
+  off=$((off + block * 4096 + 64))
+  b=$(dd if="$RUN_DIR/$1/root.img" bs=1 skip="$off" count=1 status=none | od -An -tu1 | tr -d ' ')
+  printf '%b' "$(printf '\\0%03o' $((b ^ 0xff)))" |
+    dd of="$RUN_DIR/$1/root.img" bs=1 seek="$off" count=1 conv=notrunc status=none
+}
+
+# policy_restart PCRS.YAML...: a new policy, and the verifier restarted on
+# it (stateless: same master secret, same keys).
+policy_restart() {
+  write_policy "$@"
+  verifier_stop
+  verifier_start
+}
+
+# check_quoted VARIANT: the PCRs the guest read equal the kit's prediction.
+check_quoted() {
+  local idx
+  for idx in 4 11 12; do
+    check "pcr $idx quoted = predicted ($1)" test "$(quoted "$idx")" == "$(predicted "$1" "$idx")"
+  done
+}
+
+# check_refused REASON DETAIL: the agent was refused by policy, nothing
+# was opened, and the verifier's audit line names REASON with a message
+# matching DETAIL (the component that changed).
+check_refused() {
   check "guest powered off" booted_cleanly
-  check "measure printed" test -n "$b64"
-  [[ -n $b64 ]] && write_policy "$b64"
-  check "policy written" test -s "$RUN_DIR/verifier/policy.yaml"
-  step_done "golden boot (latchkey-agent measure)" "$BOOT_SECS"
-  [[ -s $RUN_DIR/verifier/policy.yaml ]] || die "no policy captured; cannot go on"
+  check "report complete" check_done
+  check "agent refused (exit 3)" serial_has 'E2E: agent state=failed .*exit=3 '
+  check "disk closed" disk_closed
+  check "state not mounted" serial_has 'E2E: state mount none'
+  check "kubelet not started" kubelet_not_started
+  check "audit: refused $1 ($2)" audit_has 'result=refused' "reason=$1.*error=\"?.*$2"
+  check "audit: nothing accepted" test "$(audit_count 'result=accepted')" -eq 0
+}
+
+# save_artifacts: the first measured boot's real artefacts, for reviewing
+# (and for tests of) event-log policies: the firmware's TCG event log, the
+# PCRs, the UKI and its command line ($RUN_DIR/artifacts; copied to
+# LATCHKEY_E2E_ARTIFACTS when set).
+# save_artifacts [SUBDIR VARIANT]: the same for another boot (into
+# artifacts/SUBDIR, with VARIANT's UKI).
+save_artifacts() {
+  local sub=${1:-} variant=${2:-v1} dir=$RUN_DIR/artifacts${1:+/$1} b64
+  mkdir -p "$dir"
+  b64=$(serial_value 'eventlog-b64 ')
+  if [[ -n $b64 ]]; then base64 -d <<<"$b64" >"$dir/binary_bios_measurements"; fi
+  b64=$(serial_value 'tpm2-measure-log-b64 ')
+  if [[ -n $b64 ]]; then base64 -d <<<"$b64" >"$dir/tpm2-measure.log"; fi
+  tr -d '\r' <"$BOOT_SERIAL" | grep -oE 'E2E: pcr [0-9]+ sha256 [0-9A-Fa-f]+' | sed 's/^E2E: pcr //' | tr 'A-F' 'a-f' >"$dir/pcrs-sha256.txt"
+  cp "$MEASURED/$variant/uki.efi" "$dir/uki.efi"
+  cp "$MEASURED/$variant/cmdline" "$dir/cmdline"
+  printf '%s' "$(serial_value 'cmdline ')" >"$dir/proc-cmdline"
+  cp "$MEASURED/$variant/pcrs.yaml" "$MEASURED/$variant/layout.env" "$dir/"
+  b64=$(serial_value 'measure-b64 ')
+  if [[ -n $b64 ]]; then base64 -d <<<"$b64" >"$dir/latchkey-agent-measure.yaml"; fi
+  if [[ -n ${LATCHKEY_E2E_ARTIFACTS:-} ]]; then
+    mkdir -p "$LATCHKEY_E2E_ARTIFACTS${sub:+/$sub}"
+    cp -r "$dir/." "$LATCHKEY_E2E_ARTIFACTS${sub:+/$sub}/"
+  fi
 }
 
 p2_first_boot() {
   audit_mark
-  boot n1 first
+  boot n1 first -- latchkey.e2e.golden
   N1_UUID=$(disk_uuid)
+  save_artifacts
   check "guest powered off" booted_cleanly
   check "report complete" check_done
+  check "root is dm-verity, read-only" serial_has 'E2E: root /dev/(mapper/root|dm-0) ro,.* verity=yes'
+  check "event log printed" test -s "$RUN_DIR/artifacts/binary_bios_measurements"
+  check_quoted v1
   check "agent ready" agent_ready
   check "disk formatted and open" disk_open
   check "disk uuid" test "${N1_UUID:-none}" != none
@@ -282,7 +389,7 @@ p2_first_boot() {
   check "audit: exactly one join" test "$(audit_count .)" -eq 1
   check "host sees LUKS2 uuid" test "$(host_luks_uuid n1)" == "${N1_UUID:-x}"
   check_join join
-  step_done "first boot: attest, format, open, mount" "$BOOT_SECS" "$(boot_note); join $P2_JOIN"
+  step_done "first boot v1: predicted policy, format" "$BOOT_SECS" "$(boot_note); join $P2_JOIN"
 }
 
 p2_reboot() {
@@ -301,20 +408,97 @@ p2_reboot() {
   step_done "reboot: rejoin, same key, marker kept" "$BOOT_SECS" "$(boot_note)"
 }
 
-p2_tampered() {
+# p2_tamper_root: one byte of latchkey-agent changed on the root partition.
+# dm-verity refuses the block when systemd executes the agent and, with
+# panic-on-corruption, the kernel stops: nothing attests.
+p2_tamper_root() {
+  local uuid_before
+  uuid_before=$(host_luks_uuid n1)
+  node_flip_agent_byte n1
   audit_mark
-  boot n1 tampered -- "latchkey.e2e.tamper=$P2_TAMPER_PCR"
+  boot n1 tamper-root
+  node_flip_agent_byte n1
+  check "qemu ended (kernel panic, -no-reboot)" test "$BOOT_END" == poweroff
+  check "dm-verity refused a block" serial_has 'device-mapper: verity: .*data block [0-9]+ is corrupted'
+  check "kernel panicked on it" serial_has 'Kernel panic'
+  check "no boot report" test -z "$(serial_value 'DONE boot ')"
+  check "the agent never ran" agent_silent
+  check "audit: no join at all" test "$(audit_count .)" -eq 0
+  check "state disk untouched" test "$(host_luks_uuid n1)" == "$uuid_before"
+  step_done "tampered root: dm-verity panic" "$BOOT_SECS" "1 byte of latchkey-agent; panic before attestation"
+}
+
+# p2_tamper_cmdline: a rebuilt UKI, v1's kernel and initrd with one more
+# kernel argument; the firmware measures a new UKI (PCR 4), systemd-stub
+# a new .cmdline (PCR 11).
+p2_tamper_cmdline() {
+  node_esp n1 evil-cmdline
+  audit_mark
+  boot n1 tamper-cmdline
+  node_esp n1 v1
+  check_refused COMPONENT_NOT_ALLOWED 'uki sha256:[0-9a-f]+ in pcr 4 is not allowed'
+  check "guest runs the changed command line" serial_has "E2E: cmdline .*$P2_EVIL_ARG"
+  check_quoted evil-cmdline
+  check "pcr 11 differs from v1" test "$(quoted 11)" != "$(predicted v1 11)"
+  step_done "tampered cmdline (rebuilt UKI): refused" "$BOOT_SECS" "COMPONENT_NOT_ALLOWED: the UKI"
+}
+
+# p2_tamper_override: v1's UKI as is, with a command line the firmware
+# passes to it (QEMU -kernel/-append under OVMF: LoadOptions). systemd-stub
+# 252 without Secure Boot takes it instead of .cmdline and measures it into
+# PCR 12.
+p2_tamper_override() {
+  audit_mark
+  BOOT_OVERRIDE_KERNEL=$MEASURED/v1/uki.efi BOOT_OVERRIDE_APPEND="$(cat "$MEASURED/v1/cmdline") $P2_EVIL_ARG"
+  boot n1 tamper-override -- latchkey.e2e.golden
+  BOOT_OVERRIDE_KERNEL='' BOOT_OVERRIDE_APPEND=''
+  save_artifacts override v1
+  check_refused CMDLINE_NOT_ALLOWED 'kernel command line .* in pcr 12 is not allowed'
+  check "guest runs the override" serial_has "E2E: cmdline .*$P2_EVIL_ARG"
+  check "pcr 11 as predicted (same UKI sections)" test "$(quoted 11)" == "$(predicted v1 11)"
+  check "pcr 12 holds the override" test "$(quoted 12)" != "$(predicted v1 12)"
+  step_done "cmdline override by firmware: refused" "$BOOT_SECS" "CMDLINE_NOT_ALLOWED: PCR 12 $(quoted 12 | cut -c1-12)…"
+}
+
+# p2_other_kernel: UKI v2 (another Debian kernel) before the policy lists it.
+p2_other_kernel() {
+  node_esp n1 v2
+  audit_mark
+  boot n1 other-kernel
+  check_refused COMPONENT_NOT_ALLOWED 'uki sha256:[0-9a-f]+ in pcr 4 is not allowed'
+  check_quoted v2
+  check "pcr 11 differs from v1" test "$(quoted 11)" != "$(predicted v1 11)"
+  step_done "UKI with another kernel: refused" "$BOOT_SECS" "COMPONENT_NOT_ALLOWED: kernel $KVER vs $KVER1"
+}
+
+# p2_upgrade: v2 listed next to v1; the same disk opens with the same key,
+# and the marker of the first boot is there (no tampered boot touched it).
+p2_upgrade() {
+  policy_restart "$MEASURED/v1/pcrs.yaml" "$MEASURED/v2/pcrs.yaml"
+  audit_mark
+  boot n1 upgrade
   check "guest powered off" booted_cleanly
-  check "tamper unit ran" serial_has "E2E: tamper: recorded an event into pcr $P2_TAMPER_PCR"
-  check "agent refused (exit 3)" serial_has 'E2E: agent state=failed .*exit=3 '
-  check "disk closed" disk_closed
-  check "state not mounted" serial_has 'E2E: state mount none'
-  check "kubelet not started" kubelet_not_started
-  check "audit: refused PCR_MISMATCH" audit_has 'result=refused' 'reason=PCR_MISMATCH'
-  check "audit: nothing accepted" test "$(audit_count 'result=accepted')" -eq 0
-  step_done "tampered boot: refused, disk closed" "$BOOT_SECS" \
-    "$(audit_count 'reason=PCR_MISMATCH') refusal(s) PCR_MISMATCH"
-  # The marker is untouched: the next good boot (verifier outage) finds it.
+  check_quoted v2
+  check "agent ready" agent_ready
+  check "same disk" test "$(disk_uuid)" == "${N1_UUID:-x}"
+  check "disk open" disk_open
+  check "marker kept after the tampered boots" serial_has 'E2E: marker found, written by boot first'
+  check "no second luksFormat" not_formatted
+  check "audit: rejoin accepted" audit_has 'result=accepted' 'rejoin=true'
+  check_join skip
+  step_done "upgrade: v2 next to v1, same disk" "$BOOT_SECS" "$(boot_note)"
+  node_esp n1 v1
+}
+
+# p2_no_secrets: no bootstrap token secret ("<id>.<secret>") was printed
+# on any guest console (the agent streams kubeadm's output to the
+# journal) or in the verifier's log.
+p2_no_secrets() {
+  local n
+  n=$(cat "$RUN_DIR"/n*/serial-*.log "$VERIFIER_LOG" | tr -d '\r' |
+    grep -cE '\b[a-z0-9]{6}\.[a-z0-9]{16}\b' || true)
+  check "no bootstrap token in any log" test "$n" -eq 0
+  step_done "no token secret in any log" - "$n match(es) in consoles + verifier log"
 }
 
 # p2_verifier_down: the verifier is stopped at boot and started again once
@@ -330,7 +514,7 @@ p2_verifier_down() {
   check "verifier restarted during boot" test "$BOOT_TRIGGERED" == 1
   check "agent ready" agent_ready
   check "same disk" test "$(disk_uuid)" == "${N1_UUID:-x}"
-  check "marker kept after tamper" serial_has 'E2E: marker found, written by boot first'
+  check "marker kept after the tampered boots" serial_has 'E2E: marker found, written by boot first'
   check "no second luksFormat" not_formatted
   check "kubelet started" kubelet_started
   check "audit: rejoin accepted" audit_has 'result=accepted' 'rejoin=true'

@@ -11,6 +11,9 @@ VM_MEMORY=${LATCHKEY_VM_MEMORY:-1024}
 VM_SMP=${LATCHKEY_VM_SMP:-2}
 VM_BOOT_TIMEOUT=${LATCHKEY_VM_BOOT_TIMEOUT:-300}
 VM_STATE_SIZE=256M
+# direct: SeaBIOS with QEMU's -kernel/-initrd (phase 1); uefi: OVMF boots
+# the measured disk's UKI (phase 2).
+VM_FIRMWARE=direct
 # QEMU's user network lives in TEST-NET-1 (never routed), so the guest can
 # also reach scripts/controlplane.sh's API server at its own address
 # (192.0.2.10) through a guestfwd rule; 192.0.2.100 carries host services.
@@ -113,6 +116,7 @@ node_create() {
   rm -rf "$dir" && mkdir -p "$dir/tpm"
   [[ -n ${TPM_SETUP_CONF:-} ]] || tpm_ca_init
   cp --sparse=always "$IMAGE" "$dir/root.img"
+  [[ $VM_FIRMWARE == uefi ]] && cp "$OVMF_VARS" "$dir/ovmf-vars.fd"
   truncate -s "$VM_STATE_SIZE" "$dir/state.img"
   swtpm_setup --tpm2 --tpmstate "$dir/tpm" --create-ek-cert --create-platform-cert \
     --lock-nvram --config "$TPM_SETUP_CONF" --overwrite >"$dir/swtpm_setup.log" 2>&1 ||
@@ -140,15 +144,30 @@ qemu_args() {
     net+=",guestfwd=tcp:${f%%|*}-cmd:${f#*|}"
   done
   printf '%s\n' -nodefaults -display none -no-reboot \
-    -machine q35,accel=tcg -cpu max -smp "$VM_SMP" -m "$VM_MEMORY" \
-    -kernel "$KERNEL_DIR/vmlinuz" -initrd "$INITRD" -append "$cmdline" \
+    -machine q35,accel=tcg -cpu max -smp "$VM_SMP" -m "$VM_MEMORY"
+  if [[ $VM_FIRMWARE == uefi ]]; then
+    # OVMF boots \EFI\BOOT\BOOTX64.EFI (the UKI) from the disk's ESP. The
+    # command line is the UKI's own; the harness's per-boot knobs go
+    # through fw_cfg, which nothing measures and only test units read.
+    # BOOT_OVERRIDE_KERNEL/APPEND: QEMU's -kernel/-append under OVMF, i.e.
+    # an image and a command line the host passes through the firmware.
+    printf '%s\n' -drive "if=pflash,format=raw,unit=0,readonly=on,file=$OVMF_CODE" \
+      -drive "if=pflash,format=raw,unit=1,file=$dir/ovmf-vars.fd" \
+      -fw_cfg "name=opt/latchkey/e2e,string=${cmdline//,/,,}"
+    if [[ -n ${BOOT_OVERRIDE_KERNEL:-} ]]; then
+      printf '%s\n' -kernel "$BOOT_OVERRIDE_KERNEL" -append "$BOOT_OVERRIDE_APPEND"
+    fi
+  else
+    printf '%s\n' -kernel "$KERNEL_DIR/vmlinuz" -initrd "$INITRD" -append "$cmdline"
+  fi
+  printf '%s\n' \
     -drive "file=$dir/root.img,if=none,id=root,format=raw,cache=unsafe" \
     -device virtio-blk-pci,drive=root \
     -drive "file=$dir/state.img,if=none,id=state,format=raw" \
     -device virtio-blk-pci,drive=state,serial=latchkey-state \
     -chardev "socket,id=chrtpm,path=$dir/swtpm.sock" \
     -tpmdev emulator,id=tpm0,chardev=chrtpm -device tpm-tis,tpmdev=tpm0 \
-    -netdev "$net" -device virtio-net-pci,netdev=n0 \
+    -netdev "$net" -device virtio-net-pci,netdev=n0,romfile= \
     -serial "file:$dir/serial-$BOOT_LABEL.log"
 }
 
@@ -166,6 +185,7 @@ boot() {
   if [[ ${1:-} == --kill-on ]]; then kill_on=$2; shift 2; fi
   [[ ${1:-} == -- ]] && shift
   local cmdline="console=ttyS0,115200 root=/dev/vda rw panic=1 latchkey.e2e.boot=$BOOT_LABEL ${BOOT_CMDLINE:-} $*"
+  [[ $VM_FIRMWARE == uefi ]] && cmdline="latchkey.e2e.boot=$BOOT_LABEL $*"
   BOOT_SERIAL=$RUN_DIR/$node/serial-$BOOT_LABEL.log
   : >"$BOOT_SERIAL"
   start_swtpm "$node"

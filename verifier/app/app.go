@@ -67,6 +67,8 @@ type Verifier struct {
 	policyDeps policy.Deps
 	// bg owns Serve's goroutines; Serve waits for them.
 	bg background
+	// revoker deletes the tokens of denied nodes (nil in disk-only mode).
+	revoker *service.Revoker
 }
 
 // New loads everything serve needs and fails before listening if anything
@@ -177,9 +179,16 @@ func (v *Verifier) buildServer() error {
 	if err != nil {
 		return err
 	}
+	if v.Minter != nil {
+		v.revoker, err = service.NewRevoker(service.RevokerConfig{Policy: v.store, Bindings: v.bindings,
+			Minter: v.Minter, Logger: v.deps.Logger, Metrics: v.metrics})
+		if err != nil {
+			return err
+		}
+	}
 	svc, err := service.New(service.Config{Policy: v.store, Keys: v.keys, Minter: v.Minter,
 		Bindings: v.bindings, AdoptUnbound: v.cfg.Identity.AdoptUnbound,
-		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics})
+		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics, Revoker: v.revoker})
 	if err != nil {
 		return err
 	}
@@ -236,8 +245,11 @@ func (v *Verifier) Serve(ctx context.Context) error {
 	}
 	v.bg.Go(func() { v.store.Run(ctx) })
 	v.bg.Go(func() { v.serveMetrics(ctx) })
+	if v.revoker != nil {
+		v.bg.Go(func() { v.revoker.Run(ctx) })
+	}
 	if v.kube != nil {
-		v.bg.Go(func() { runApprover(ctx, v.kube, v.bindings, v.cfg.Kubernetes, v.deps.Logger) })
+		v.bg.Go(func() { runApprover(ctx, v.kube, v.bindings, v.store, v.cfg.Kubernetes, v.deps.Logger) })
 		v.bg.Go(func() { runReaper(ctx, v.kube, v.Minter, v.metrics, v.deps.Logger) })
 	}
 	stopAdmin := v.serveAdmin()
@@ -299,6 +311,9 @@ func (v *Verifier) onReload(digest string, err error) {
 		return
 	}
 	v.metrics.PolicyLoaded(digest)
+	if v.revoker != nil {
+		v.revoker.Kick() // a new deny entry takes its node's token back now
+	}
 }
 
 func (v *Verifier) serveMetrics(ctx context.Context) {

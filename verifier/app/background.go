@@ -6,7 +6,8 @@ import (
 )
 
 // background owns the goroutines Serve starts (policy reloads, metrics,
-// the admin API, the CSR approver, the token reaper, the join server):
+// the admin API, the CSR approver, the token reaper, the revoker of
+// denied nodes' tokens, the join server):
 // each runs until Serve's context ends or its server is stopped, and
 // Serve returns only after every one of them has returned. So nothing
 // (a policy reload, a CSR decision, a scrape, an admin call) still runs

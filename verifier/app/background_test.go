@@ -17,7 +17,7 @@ import (
 
 // Serve returns only after every goroutine it started has returned: the
 // policy reloader, the metrics server, the admin API, the CSR approver,
-// the token reaper and the join server.
+// the token reaper, the token revoker and the join server.
 func TestServeWaitsForItsGoroutines(t *testing.T) {
 	dir := t.TempDir()
 	pcr := strings.Repeat("ab", 32)
@@ -48,9 +48,14 @@ func TestServeWaitsForItsGoroutines(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- v.Serve(ctx) }()
 	<-ready
-	// policy store, metrics, approver, reaper, join server, admin API.
-	if n := v.bg.Running(); n != 6 {
-		t.Fatalf("%d background goroutines running, want 6", n)
+	// policy store, metrics, approver, reaper, join server, admin API,
+	// and the revoker of denied nodes' tokens when there is a minter.
+	want := 6
+	if v.revoker != nil {
+		want++
+	}
+	if n := v.bg.Running(); n != want {
+		t.Fatalf("%d background goroutines running, want %d", n, want)
 	}
 	cancel()
 	select {

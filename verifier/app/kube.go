@@ -14,6 +14,7 @@ import (
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/csr"
 	"github.com/latchkey/latchkey/verifier/metrics"
+	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
@@ -36,8 +37,8 @@ func newKubeMinter(k *Kubernetes, log *slog.Logger) (kubernetes.Interface, token
 // runApprover approves kubelet CSRs only for the node names the verifier
 // attested (kubeadm's blanket auto-approval is off for latchkey's tokens).
 // It runs until ctx ends; its failure is logged, joins go on.
-func runApprover(ctx context.Context, client kubernetes.Interface, b binding.Store, k *Kubernetes, log *slog.Logger) {
-	a, err := csr.NewApprover(csr.ApproverConfig{Client: client, Tokens: NodeTokens{b}, Logger: log,
+func runApprover(ctx context.Context, client kubernetes.Interface, b binding.Store, pol policy.Source, k *Kubernetes, log *slog.Logger) {
+	a, err := csr.NewApprover(csr.ApproverConfig{Client: client, Tokens: NodeTokens{Store: b, Policy: pol}, Logger: log,
 		ServingCertificates: k.ApproveServingCertificates})
 	if err == nil {
 		err = a.Run(ctx)
@@ -48,15 +49,26 @@ func runApprover(ctx context.Context, client kubernetes.Interface, b binding.Sto
 }
 
 // NodeTokens gives the CSR approver the token ID a node's binding record
-// holds: "" when the node has no record (or a released one), so its CSR
-// is denied.
-type NodeTokens struct{ Store binding.Store }
+// holds: "" when the node has no record (or a released one), or when the
+// policy in force denies the node's name or its bound machine, so its CSR
+// is denied (a CSR made with a token before the node was revoked is not
+// signed after).
+type NodeTokens struct {
+	Store binding.Store
+	// Policy supplies the deny list; nil denies nothing.
+	Policy policy.Source
+}
 
 // NodeTokenID implements csr.NodeTokens.
 func (n NodeTokens) NodeTokenID(ctx context.Context, node string) (string, error) {
 	r, err := n.Store.Get(ctx, binding.Node, node)
 	if errors.Is(err, binding.ErrNotFound) || errors.Is(err, binding.ErrInvalid) {
 		return "", nil
+	}
+	if err == nil && n.Policy != nil {
+		if d := n.Policy.Current().Deny; d.DeniesNode(node) || d.MatchIdentity(r.Identity) != "" {
+			return "", nil
+		}
 	}
 	return r.TokenID, err
 }

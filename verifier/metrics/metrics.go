@@ -41,6 +41,8 @@ const (
 	// RevokeUsed: the node used the token (certificate issued, Node
 	// registered), so it was deleted before its TTL.
 	RevokeUsed RevokeCause = "used"
+	// RevokeDenied: the node is on the policy's deny list.
+	RevokeDenied RevokeCause = "denied"
 )
 
 // validationBuckets span a TPM quote check (~0.15 ms) to an SNP check that
@@ -83,7 +85,7 @@ func New() *Metrics {
 		}),
 		revoked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "tokens_revoked_total",
-			Help: "Bootstrap tokens revoked, by cause (no_ack, admin, used: deleted once the node had its certificate and registered).",
+			Help: "Bootstrap tokens revoked, by cause (no_ack, admin, used: deleted once the node had its certificate and registered, denied: the node is on the policy's deny list).",
 		}, []string{"cause"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "policy_reloads_total",
@@ -118,6 +120,7 @@ func (m *Metrics) initSeries() {
 	m.revoked.WithLabelValues(string(RevokeNoAck))
 	m.revoked.WithLabelValues(string(RevokeAdmin))
 	m.revoked.WithLabelValues(string(RevokeUsed))
+	m.revoked.WithLabelValues(string(RevokeDenied))
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("error")
 	m.connsOver.WithLabelValues("total")
@@ -169,7 +172,7 @@ func (m *Metrics) TokenRevoked(cause RevokeCause) {
 		return
 	}
 	switch cause {
-	case RevokeNoAck, RevokeAdmin:
+	case RevokeNoAck, RevokeAdmin, RevokeUsed, RevokeDenied:
 	default:
 		cause = "other"
 	}

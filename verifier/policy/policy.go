@@ -15,6 +15,8 @@
 //	snp:
 //	  measurements: ["<hex>", ...]
 //	  ...
+//	deny:                        # revoked machines, names, disks (Deny)
+//	  nodeNames: ["worker-7"]
 //
 // The Store keeps the snapshot in force and reloads the file when its
 // content changes; a bad new file is refused with a log line and the old
@@ -49,6 +51,8 @@ type Policy struct {
 	APIVersion string      `json:"apiVersion"`
 	TPM        *TPMSection `json:"tpm,omitempty"`
 	SNP        *SNPSection `json:"snp,omitempty"`
+	// Deny revokes machines, node names and disks (deny.go).
+	Deny *Deny `json:"deny,omitempty"`
 }
 
 // TPMSection enables TPM evidence with these reference values.
@@ -71,6 +75,8 @@ type Snapshot struct {
 	Digest       string
 	Validators   map[latchkeyv1.Variant]attest.Validator
 	ControlPlane map[latchkeyv1.Variant]bool
+	// Deny is the compiled deny list; nil denies nothing.
+	Deny *DenyList
 }
 
 // Source returns the snapshot in force.
@@ -107,6 +113,10 @@ func Compile(p *Policy, digest string, deps Deps) (*Snapshot, error) {
 		Digest:       digest,
 		Validators:   map[latchkeyv1.Variant]attest.Validator{},
 		ControlPlane: map[latchkeyv1.Variant]bool{},
+	}
+	var err error
+	if s.Deny, err = compileDeny(p.Deny); err != nil {
+		return nil, err // already names the deny key
 	}
 	if p.TPM != nil {
 		v, err := tpm.NewValidator(p.TPM.Policy)

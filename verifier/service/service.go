@@ -65,6 +65,9 @@ type Config struct {
 	RevokeTimeout time.Duration
 	// Metrics records joins and tokens; nil records nothing.
 	Metrics *metrics.Metrics
+	// Revoker, when set, deletes a denied node's token on its refused
+	// join, counting each token once with its sweeps (revoked.go).
+	Revoker *Revoker
 }
 
 // Service implements latchkeyv1.JoinServiceServer.
@@ -116,6 +119,8 @@ type outcome struct {
 	boundIdentity string
 	// adopted names the kinds of record this rejoin adopted.
 	adopted []string
+	// revoked is the deny-list entry that refused the join.
+	revoked string
 }
 
 // Join runs one join attempt on the stream.
@@ -147,6 +152,9 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 		return err
 	}
 	out.verified = v
+	if err := s.checkRevoked(ctx, snap, hello, v, out); err != nil {
+		return err
+	}
 	if err := checkRole(snap, hello); err != nil {
 		return err
 	}

@@ -93,6 +93,9 @@ func (s *Service) audit(ctx context.Context, snap *policy.Snapshot, out *outcome
 	if out.boundIdentity != "" {
 		attrs = append(attrs, "bound_identity", out.boundIdentity)
 	}
+	if out.revoked != "" {
+		attrs = append(attrs, logKeyDeny, out.revoked)
+	}
 	if len(out.adopted) > 0 {
 		attrs = append(attrs, "adopted", strings.Join(out.adopted, ","))
 	}

@@ -80,6 +80,12 @@ func runBoot(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		log.Error("bad configuration", "error", err.Error())
+		if cfg != nil {
+			// A status after this exit must not show an older run's result.
+			leaveResult(cfg.StatusFile, app.LastResult{Result: "failed", ExitCode: exitcode.BadConfig,
+				Exit: exitcode.Name(exitcode.BadConfig), Error: "bad configuration: " + err.Error(),
+				Finished: time.Now().UTC(), PID: os.Getpid()}, log)
+		}
 		return exitcode.BadConfig
 	}
 	return boot(cfg, log, stdout)
@@ -98,6 +104,9 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 	state := app.NewState(cfg.NodeName, nil)
 	stopAPI := serveStatus(cfg.StatusSocket, state, log)
 	defer stopAPI()
+	running := state.Result(exitcode.OK)
+	running.Result, running.ExitCode, running.Exit = "running", 0, ""
+	leaveResult(cfg.StatusFile, running, log)
 	b, closeFn, err := app.Build(cfg, app.Deps{Logger: log, Stdout: stdout,
 		OnProgress: func(p bootpkg.Progress, line string) {
 			state.Progress(p, line)
@@ -114,15 +123,18 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 			_ = notify.Status(line)
 		},
 		OnAttemptFailed: state.AttemptFailed,
+		OnTicket:        state.Ticket,
 	})
 	if err != nil {
 		log.Error("cannot start", "error", err.Error())
 		state.Failed(err, exitcode.BadConfig)
+		leaveResult(cfg.StatusFile, state.Result(exitcode.BadConfig), log)
 		return exitcode.BadConfig
 	}
 	defer closeFn()
 	err = b.Run(ctx)
 	code := app.ExitCode(err)
+	defer func() { leaveResult(cfg.StatusFile, state.Result(code), log) }()
 	if code == exitcode.Stopped {
 		log.Info("stopped before the boot finished", "error", err.Error())
 		state.Failed(err, code)
@@ -136,8 +148,21 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 		return code
 	}
 	_ = notify.ReadyStatus("node ready")
+	state.Ready()
 	log.Info("boot complete", "node", cfg.NodeName)
 	return exitcode.OK
+}
+
+// leaveResult writes the last result for `latchkey-agent status`; "-"
+// disables it. A failure is logged, not fatal: the boot's own result
+// matters more.
+func leaveResult(path string, r app.LastResult, log *slog.Logger) {
+	if path == "-" || path == "" {
+		return
+	}
+	if err := app.WriteLastResult(path, r); err != nil {
+		log.Warn("last result not kept for latchkey-agent status", "path", path, "error", err.Error())
+	}
 }
 
 // serveStatus serves the local status API while the boot runs; "-"
@@ -191,24 +216,44 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("latchkey-agent status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	socket := fs.String("socket", localapi.AgentSocket, "the agent's status socket")
+	file := fs.String("status-file", config.DefaultStatusFile, "the last result the agent left when it exited, read when no agent answers on the socket")
 	if code, ok := cli.Parse(fs, args); !ok {
 		return code
 	}
-	conn, err := localapi.Dial(*socket)
-	if err != nil {
-		fmt.Fprintln(stderr, "latchkey-agent status:", err)
+	st, err := askAgent(*socket)
+	if err == nil {
+		if err := adminapi.WriteStatus(stdout, st, time.Now()); err != nil {
+			return exitcode.Internal
+		}
+		return exitcode.OK
+	}
+	// No agent answers: it has exited (the unit runs it once per boot).
+	last, ferr := app.ReadLastResult(*file)
+	if ferr != nil {
+		fmt.Fprintf(stderr, "latchkey-agent status: no agent answers on %s (%v) and it left no last result (%v)\n", *socket, err, ferr)
 		return exitcode.Internal
+	}
+	now := time.Now()
+	if last.Result == "running" {
+		fmt.Fprintf(stdout, "agent: not answering: pid %d started %s ago and left no result (killed, or still starting)\n",
+			last.PID, localapi.Ago(now, last.Finished.Unix()))
+	} else {
+		fmt.Fprintf(stdout, "agent: exited %s ago (pid %d): %s\n", localapi.Ago(now, last.Finished.Unix()), last.PID, last.Result)
+	}
+	if err := adminapi.WriteStatus(stdout, last.AgentStatus(), now); err != nil {
+		return exitcode.Internal
+	}
+	return exitcode.OK
+}
+
+// askAgent asks the running agent for its status.
+func askAgent(socket string) (*adminv1.AgentStatus, error) {
+	conn, err := localapi.Dial(socket)
+	if err != nil {
+		return nil, err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := adminv1.NewAgentAdminClient(conn).Status(ctx, &adminv1.StatusRequest{})
-	if err != nil {
-		fmt.Fprintf(stderr, "latchkey-agent status: %v (is the agent running? it serves %s only while it boots)\n", err, *socket)
-		return exitcode.Internal
-	}
-	if err := adminapi.WriteStatus(stdout, st, time.Now()); err != nil {
-		return exitcode.Internal
-	}
-	return exitcode.OK
+	return adminv1.NewAgentAdminClient(conn).Status(ctx, &adminv1.StatusRequest{})
 }

@@ -196,6 +196,10 @@ const (
 	// PCR 11 is not covered by a valid signature of a listed pcr11Signer for
 	// an accepted boot phase.
 	Reason_PCR_SIGNATURE_INVALID Reason = 23
+	// The evidence, node name or disk UUID matches an entry of the policy's
+	// deny list (a revoked machine). No key is derived and no token minted,
+	// and any token recorded for the node is deleted.
+	Reason_REVOKED Reason = 24
 )
 
 // Enum value maps for Reason.
@@ -225,6 +229,7 @@ var (
 		21: "CMDLINE_NOT_ALLOWED",
 		22: "SECURE_BOOT_REQUIRED",
 		23: "PCR_SIGNATURE_INVALID",
+		24: "REVOKED",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":      0,
@@ -251,6 +256,7 @@ var (
 		"CMDLINE_NOT_ALLOWED":     21,
 		"SECURE_BOOT_REQUIRED":    22,
 		"PCR_SIGNATURE_INVALID":   23,
+		"REVOKED":                 24,
 	}
 )
 
@@ -1198,7 +1204,7 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\aVariant\x12\x17\n" +
 	"\x13VARIANT_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vVARIANT_TPM\x10\x01\x12\x0f\n" +
-	"\vVARIANT_SNP\x10\x02*\x90\x04\n" +
+	"\vVARIANT_SNP\x10\x02*\x9d\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMALFORMED\x10\x01\x12\x13\n" +
@@ -1224,7 +1230,8 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\x15COMPONENT_NOT_ALLOWED\x10\x14\x12\x17\n" +
 	"\x13CMDLINE_NOT_ALLOWED\x10\x15\x12\x18\n" +
 	"\x14SECURE_BOOT_REQUIRED\x10\x16\x12\x19\n" +
-	"\x15PCR_SIGNATURE_INVALID\x10\x172R\n" +
+	"\x15PCR_SIGNATURE_INVALID\x10\x17\x12\v\n" +
+	"\aREVOKED\x10\x182R\n" +
 	"\vJoinService\x12C\n" +
 	"\x04Join\x12\x19.latchkey.v1.AgentMessage\x1a\x1c.latchkey.v1.VerifierMessage(\x010\x01B;Z9github.com/latchkey/latchkey/proto/latchkey/v1;latchkeyv1b\x06proto3"
 

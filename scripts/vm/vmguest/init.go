@@ -28,6 +28,7 @@ type bootArgs struct {
 	fstype string // rootfstype=, default ext4
 	init   string // init=, default /sbin/init (systemd)
 	ro     bool   // "ro" on the command line; the default is read-write
+	verity verityArgs
 }
 
 // runInit is PID 1 of the initrd. It never returns: it either executes the
@@ -50,6 +51,16 @@ func bootstrap() error {
 	}
 	if err := loadModules(moduleList); err != nil {
 		return err
+	}
+	if args.verity.rootHash != "" {
+		if err := readOnlyCheck(args); err != nil {
+			return err
+		}
+		node, err := openVerity(args.verity)
+		if err != nil {
+			return err
+		}
+		args.root = node
 	}
 	if err := waitFor(args.root, rootWait); err != nil {
 		return err
@@ -83,12 +94,16 @@ func readBootArgs() (bootArgs, error) {
 	if err != nil {
 		return bootArgs{}, fmt.Errorf("read kernel command line: %w", err)
 	}
-	return parseBootArgs(string(raw)), nil
+	return parseBootArgs(string(raw))
 }
 
-// parseBootArgs extracts root=, rootfstype=, init= and ro from a command line.
-func parseBootArgs(cmdline string) bootArgs {
+// parseBootArgs extracts root=, rootfstype=, init=, ro and the dm-verity
+// root (roothash=, systemd.verity_root_*=) from a command line. The last
+// occurrence of a parameter wins, as in the kernel.
+func parseBootArgs(cmdline string) (bootArgs, error) {
 	a := bootArgs{root: "/dev/vda", fstype: "ext4", init: "/sbin/init"}
+	a.verity = verityArgs{hashAlgorithm: "sha256", salt: "-", dataBlockSize: 4096, hashBlockSize: 4096, onCorruption: "panic"}
+	var verityOpts string
 	for _, f := range strings.Fields(cmdline) {
 		k, v, _ := strings.Cut(f, "=")
 		switch k {
@@ -102,9 +117,20 @@ func parseBootArgs(cmdline string) bootArgs {
 			a.ro = true
 		case "rw":
 			a.ro = false
+		case "roothash":
+			a.verity.rootHash = v
+		case "systemd.verity_root_data":
+			a.verity.dataDevice = v
+		case "systemd.verity_root_hash":
+			a.verity.hashDevice = v
+		case "systemd.verity_root_options":
+			verityOpts = v
 		}
 	}
-	return a
+	if err := parseVerityOptions(&a.verity, verityOpts); err != nil {
+		return bootArgs{}, err
+	}
+	return a, nil
 }
 
 // loadModules loads each module file listed in path, in order. A module

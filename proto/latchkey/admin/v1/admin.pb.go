@@ -216,7 +216,13 @@ type AgentStatus struct {
 	// agent/exitcode.
 	ExitCode int32 `protobuf:"varint,11,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
 	// The same line as the unit's STATUS=.
-	StatusLine    string `protobuf:"bytes,12,opt,name=status_line,json=statusLine,proto3" json:"status_line,omitempty"`
+	StatusLine string `protobuf:"bytes,12,opt,name=status_line,json=statusLine,proto3" json:"status_line,omitempty"`
+	// The evidence digest ("sha256:<hex>") of the last ticket received, the
+	// value the verifier's audit line names as evidence_digest.
+	EvidenceDigest string `protobuf:"bytes,13,opt,name=evidence_digest,json=evidenceDigest,proto3" json:"evidence_digest,omitempty"`
+	// The public ID of the bootstrap token in the last ticket ("" when it
+	// carried none); never the token secret.
+	TokenId       string `protobuf:"bytes,14,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -331,6 +337,20 @@ func (x *AgentStatus) GetExitCode() int32 {
 func (x *AgentStatus) GetStatusLine() string {
 	if x != nil {
 		return x.StatusLine
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetEvidenceDigest() string {
+	if x != nil {
+		return x.EvidenceDigest
+	}
+	return ""
+}
+
+func (x *AgentStatus) GetTokenId() string {
+	if x != nil {
+		return x.TokenId
 	}
 	return ""
 }
@@ -1004,7 +1024,7 @@ var File_latchkey_admin_v1_admin_proto protoreflect.FileDescriptor
 const file_latchkey_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"\x1dlatchkey/admin/v1/admin.proto\x12\x11latchkey.admin.v1\x1a\x1alatchkey/v1/latchkey.proto\"\x0f\n" +
-	"\rStatusRequest\"\xc3\x03\n" +
+	"\rStatusRequest\"\x87\x04\n" +
 	"\vAgentStatus\x12.\n" +
 	"\x05stage\x18\x01 \x01(\x0e2\x18.latchkey.admin.v1.StageR\x05stage\x12(\n" +
 	"\x10stage_since_unix\x18\x02 \x01(\x03R\x0estageSinceUnix\x12\x18\n" +
@@ -1021,7 +1041,9 @@ const file_latchkey_admin_v1_admin_proto_rawDesc = "" +
 	" \x01(\x0e2\x14.latchkey.v1.VariantR\avariant\x12\x1b\n" +
 	"\texit_code\x18\v \x01(\x05R\bexitCode\x12\x1f\n" +
 	"\vstatus_line\x18\f \x01(\tR\n" +
-	"statusLine\"\x13\n" +
+	"statusLine\x12'\n" +
+	"\x0fevidence_digest\x18\r \x01(\tR\x0eevidenceDigest\x12\x19\n" +
+	"\btoken_id\x18\x0e \x01(\tR\atokenId\"\x13\n" +
 	"\x11ListTokensRequest\"\xa2\x02\n" +
 	"\x05Token\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
