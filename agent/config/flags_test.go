@@ -44,6 +44,7 @@ func TestFlagsPrecedence(t *testing.T) {
 		"wipe":      func(c *Config) string { return string(c.Disk.WipeStateDisk) },
 		"node":      func(c *Config) string { return c.NodeName },
 		"timeout":   func(c *Config) string { return c.Timeout.Duration.String() },
+		"status":    func(c *Config) string { return c.StatusFile },
 		"dryRun":    func(c *Config) string { return map[bool]string{true: "on", false: "off"}[c.Join.DryRun] },
 	}
 	for _, tc := range []struct {
@@ -67,6 +68,7 @@ func TestFlagsPrecedence(t *testing.T) {
 		{"node flag over file", "node", "nodeName: from-file\n", "", []string{"--node-name", "from-flag"}, "from-flag"},
 		{"timeout file", "timeout", "timeout: 90s\n", "", nil, "1m30s"},
 		{"timeout flag over file", "timeout", "timeout: 90s\n", "", []string{"--timeout", "2m"}, "2m0s"},
+		{"status file flag over file", "status", "statusFile: /run/from-file\n", "", []string{"--status-file", "-"}, "-"},
 		{"dry run file stays on", "dryRun", "join:\n  dryRun: true\n", "", []string{"--dry-run=false"}, "on"},
 		{"dry run flag switches on", "dryRun", "{}\n", "", []string{"--dry-run"}, "on"},
 		{"dry run off", "dryRun", "{}\n", "", nil, "off"},
