@@ -77,7 +77,7 @@ shell_lint() {
 internal_imports_nothing_upward() {
   local bad
   bad=$(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./internal/... |
-    awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^github\.com\/latchkey\/latchkey\/(agent|verifier|attest|proto)(\/|$)/) print $1 " imports " $i }')
+    awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^github\.com\/latchkey\/latchkey\/(agent|verifier|attest|proto|protocol)(\/|$)/) print $1 " imports " $i }')
   if [[ -n $bad ]]; then
     echo "internal/ must not import the product:" >&2
     echo "$bad" >&2
@@ -96,7 +96,7 @@ internal_imports_nothing_upward() {
 shipped_test_only() {
   local bins=(./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier) bad importers
   bad=$(go list -deps "${bins[@]}" |
-    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest|localapitest|predicttest|/fake(/|$)' || true)
+    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest|localapitest|predicttest|k8stest|/fake(/|$)' || true)
   importers=$(go list -deps -f '{{.ImportPath}} {{join .Imports " "}}' "${bins[@]}" |
     awk '$1 != "k8s.io/client-go/gentype" { for (i = 2; i <= NF; i++) if ($i == "k8s.io/client-go/testing") print $1 }')
   if [[ -n $bad || -n $importers ]]; then

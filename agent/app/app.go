@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"time"
 
 	"github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
@@ -20,6 +19,7 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/internal/execx"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // Deps are what the caller provides besides the config.
@@ -130,9 +130,10 @@ func newDisk(cfg *config.Config, log *slog.Logger) (disk.Stage, error) {
 	})
 }
 
-func role(r string) latchkeyv1.Role {
-	if r == "control-plane" {
-		return latchkeyv1.Role_ROLE_CONTROL_PLANE
+// role is the configured role (config.Validate refused any other name).
+func role(name string) latchkeyv1.Role {
+	if r, ok := protocol.ParseRole(name); ok {
+		return r
 	}
 	return latchkeyv1.Role_ROLE_WORKER
 }
@@ -161,7 +162,3 @@ func ExitCode(err error) int {
 	}
 	return exitcode.Internal
 }
-
-// Timeout is how long Run may take as a whole: the ticket timeout plus
-// room for the disk and the join.
-func Timeout(cfg *config.Config) time.Duration { return cfg.Timeout.Duration + 15*time.Minute }

@@ -22,10 +22,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/strictyaml"
 
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/internal/duration"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // DefaultPath is where the agent looks for its config file.
@@ -220,10 +222,10 @@ func (c *Config) defaults() error {
 		// name; do the same, so an upper-case host name is the same node.
 		c.NodeName = strings.ToLower(h)
 	}
-	setDefault(&c.Role, "worker")
+	setDefault(&c.Role, protocol.RoleWorker)
 	setDefault(&c.Variant, "auto")
 	setDefault(&c.Disk.Mode, "luks")
-	setDefault(&c.StatusSocket, "/run/latchkey/agent/admin.sock")
+	setDefault(&c.StatusSocket, localapi.AgentSocket)
 	setDefault(&c.StatusFile, DefaultStatusFile)
 	if c.Timeout.Duration == 0 {
 		c.Timeout.Duration = 10 * time.Minute
@@ -232,10 +234,8 @@ func (c *Config) defaults() error {
 }
 
 func (c *Config) validateEnums() error {
-	switch c.Role {
-	case "worker", "control-plane":
-	default:
-		return fmt.Errorf("role %q: want worker or control-plane", c.Role)
+	if _, ok := protocol.ParseRole(c.Role); !ok {
+		return fmt.Errorf("role %q: want %s or %s", c.Role, protocol.RoleWorker, protocol.RoleControlPlane)
 	}
 	switch c.Variant {
 	case "tpm", "snp", "auto":

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // DefaultVerifierPort is the port of a verifier address given without one
@@ -18,8 +20,6 @@ const DefaultVerifierPort = "7443"
 // names: lower-case alphanumerics, '-' and '.', at most 253 characters,
 // each dot-separated label starting and ending alphanumeric.
 var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-
-var canonicalUUID = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // validateLocal refuses, before any network, what the verifier would
 // refuse anyway or what would only show as a retry loop: each message
@@ -92,7 +92,7 @@ func (c *Config) validateDiskUUID() error {
 	switch {
 	case c.Disk.Mode == "key-only" && c.Disk.UUID == "":
 		return errors.New("disk mode key-only needs the disk's UUID (disk.uuid:, --disk-uuid)")
-	case c.Disk.UUID != "" && !canonicalUUID.MatchString(c.Disk.UUID):
+	case c.Disk.UUID != "" && !protocol.ValidDiskUUID(c.Disk.UUID):
 		return fmt.Errorf("disk uuid %q is not a canonical lower-case UUID (like 3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b)", c.Disk.UUID)
 	}
 	return nil

@@ -73,10 +73,9 @@ package disk
 import (
 	"context"
 	"fmt"
-)
 
-// KeySize is the length of the disk key in a ticket (256 random bits).
-const KeySize = 32
+	"github.com/latchkey/latchkey/protocol"
+)
 
 // Plan is what Prepare found: the UUID to ask the key for and whether the
 // disk already carries this node's LUKS header.
@@ -125,8 +124,8 @@ func (k KeyOnly) Prepare(context.Context) (Plan, error) {
 
 // Open checks the key length and reports nothing mounted.
 func (k KeyOnly) Open(_ context.Context, _ Plan, key []byte) (Result, error) {
-	if len(key) != KeySize {
-		return Result{}, fmt.Errorf("key-only disk stage: ticket key is %d bytes, want %d", len(key), KeySize)
+	if len(key) != protocol.DiskKeySize {
+		return Result{}, fmt.Errorf("key-only disk stage: ticket key is %d bytes, want %d", len(key), protocol.DiskKeySize)
 	}
 	return Result{}, nil
 }

@@ -5,13 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"regexp"
+
+	"github.com/latchkey/latchkey/protocol"
 )
 
 var (
 	primaryMagic   = []byte("LUKS\xba\xbe")
 	secondaryMagic = []byte("SKUL\xba\xbe")
-	uuidPattern    = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 )
 
 // Field offsets inside a LUKS2 binary header.
@@ -119,7 +119,7 @@ func checkBinFields(area []byte, h binHeader, offset uint64) error {
 		return fmt.Errorf("checksum algorithm %q, want %q", cString(area[offCsumAlg:offCsumAlg+32]), luksHash)
 	case !fixedField(area[offSubsystem:offSubsystem+48], ""):
 		return fmt.Errorf("subsystem %q, want none", cString(area[offSubsystem:offSubsystem+48]))
-	case !uuidPattern.MatchString(h.uuid) || !fixedField(area[offUUID:offUUID+40], h.uuid):
+	case !protocol.ValidDiskUUID(h.uuid) || !fixedField(area[offUUID:offUUID+40], h.uuid):
 		return fmt.Errorf("malformed UUID %q", h.uuid)
 	case !allZero(area[offPadding:offCsum]) || !allZero(area[offPadding2:binHeaderSize]):
 		return fmt.Errorf("non-zero padding in the binary header")

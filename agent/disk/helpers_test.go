@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // These helpers drive real cryptsetup, blkid and mkfs on real loop
@@ -122,7 +123,7 @@ func checksum(t testing.TB, dev string) string {
 }
 
 func testKey(b byte) []byte {
-	k := make([]byte, KeySize)
+	k := make([]byte, protocol.DiskKeySize)
 	for i := range k {
 		k[i] = b ^ byte(i*7)
 	}

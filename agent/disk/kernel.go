@@ -36,26 +36,6 @@ type Kernel interface {
 // /proc/self/mountinfo.
 type SystemKernel struct{}
 
-// HasDeviceMapper reports whether the running kernel offers
-// device-mapper, with the reason if not. Opening /dev/mapper/control
-// first lets the kernel autoload dm_mod (systemd creates that node
-// statically for exactly this).
-func HasDeviceMapper() (bool, string) {
-	if f, err := os.Open("/dev/mapper/control"); err == nil {
-		f.Close()
-	}
-	b, err := os.ReadFile("/proc/misc")
-	if err != nil {
-		return false, fmt.Sprintf("cannot read /proc/misc: %v", err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[1] == "device-mapper" {
-			return true, ""
-		}
-	}
-	return false, "no device-mapper in /proc/misc (dm_mod not built or loaded)"
-}
-
 // MapCrypt creates or adopts the mapping. The kernel creates /dev/dm-N
 // itself (devtmpfs), so the path does not wait for udev's /dev/mapper
 // link; the crypt target module loads on demand with the table.

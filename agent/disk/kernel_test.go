@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/anatol/luks.go"
@@ -104,4 +105,24 @@ func TestSystemKernelWithoutDeviceMapper(t *testing.T) {
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("device-mapper")) {
 		t.Fatalf("MapCrypt without dm = %v", err)
 	}
+}
+
+// HasDeviceMapper reports whether the running kernel offers
+// device-mapper, with the reason if not. Opening /dev/mapper/control
+// first lets the kernel autoload dm_mod (systemd creates that node
+// statically for exactly this).
+func HasDeviceMapper() (bool, string) {
+	if f, err := os.Open("/dev/mapper/control"); err == nil {
+		f.Close()
+	}
+	b, err := os.ReadFile("/proc/misc")
+	if err != nil {
+		return false, fmt.Sprintf("cannot read /proc/misc: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[1] == "device-mapper" {
+			return true, ""
+		}
+	}
+	return false, "no device-mapper in /proc/misc (dm_mod not built or loaded)"
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/anatol/luks.go"
 
 	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 const testDiskSize = 64 << 20
@@ -58,7 +59,7 @@ func TestFirstBootFormatsExactly(t *testing.T) {
 	// A ticket that never comes leaves the disk as it was.
 	before := checksum(t, r.dev)
 	plan, err := l.Prepare(context.Background())
-	if err != nil || plan.Rejoin || !uuidPattern.MatchString(plan.UUID) {
+	if err != nil || plan.Rejoin || !protocol.ValidDiskUUID(plan.UUID) {
 		t.Fatalf("Prepare on a blank disk = %+v, %v; want a fresh UUID, no rejoin", plan, err)
 	}
 	if checksum(t, r.dev) != before {

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // LUKS is the LUKS2 state-disk stage (see the package documentation).
@@ -90,10 +92,10 @@ func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
 // again from the locked descriptor, so a second agent on the same disk
 // waits and then finds the first one's header instead of writing its own.
 func (l *LUKS) Open(ctx context.Context, plan Plan, key []byte) (Result, error) {
-	if len(key) != KeySize {
-		return Result{}, fmt.Errorf("luks disk stage: ticket key is %d bytes, want %d", len(key), KeySize)
+	if len(key) != protocol.DiskKeySize {
+		return Result{}, fmt.Errorf("luks disk stage: ticket key is %d bytes, want %d", len(key), protocol.DiskKeySize)
 	}
-	if !uuidPattern.MatchString(plan.UUID) {
+	if !protocol.ValidDiskUUID(plan.UUID) {
 		return Result{}, fmt.Errorf("luks disk stage: malformed plan UUID %q", plan.UUID)
 	}
 	path, err := l.waitForDevice(ctx)
@@ -270,10 +272,6 @@ func (l *LUKS) hasKubeletCredentials() bool {
 		}
 	}
 	return false
-}
-
-func (l *LUKS) openAndClassify(ctx context.Context) (*device, probe, error) {
-	return l.openAndClassifyMode(ctx, readOnly)
 }
 
 func (l *LUKS) openAndClassifyMode(ctx context.Context, mode int) (*device, probe, error) {

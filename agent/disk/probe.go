@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // kind is what classify found on the device.
@@ -134,7 +135,7 @@ func (l *LUKS) classifyInterrupted(ctx context.Context, d *device, head []byte) 
 	}
 	h := parseBinHeader(sec)
 	if h.version != 2 || h.hdrSize != hdrSize || h.hdrOffset != secondaryOffset ||
-		!fixedField(sec[offLabel:offLabel+48], HeaderLabel) || !uuidPattern.MatchString(h.uuid) {
+		!fixedField(sec[offLabel:offLabel+48], HeaderLabel) || !protocol.ValidDiskUUID(h.uuid) {
 		return foreign(head, "a secondary LUKS2 header without a primary header"), true, nil
 	}
 	gap, err := d.read(recordOffset, 2*recordSlotSize)

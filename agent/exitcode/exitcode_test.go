@@ -1,25 +1,20 @@
 package exitcode
 
 import (
-	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/latchkey/latchkey/internal/systemdunit"
 )
 
 // TestUnitMatchesCodes keeps the unit's restart policy honest: the codes
 // that mean "a restart cannot help" are exactly the ones the unit prevents.
 func TestUnitMatchesCodes(t *testing.T) {
-	raw, err := os.ReadFile("../../units/latchkey-agent.service")
+	got, err := systemdunit.Fields("../../units/latchkey-agent.service", "RestartPreventExitStatus")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^RestartPreventExitStatus=(.*)$`).FindSubmatch(raw)
-	if m == nil {
-		t.Fatal("latchkey-agent.service has no RestartPreventExitStatus=")
-	}
-	got := strings.Fields(string(m[1]))
 	want := []string{strconv.Itoa(BadConfig), strconv.Itoa(RefusedByPolicy), strconv.Itoa(DiskRefused),
 		strconv.Itoa(VerifierNotAuthenticated)}
 	if strings.Join(got, " ") != strings.Join(want, " ") {

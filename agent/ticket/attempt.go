@@ -17,13 +17,14 @@ import (
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // maxTicketMessage bounds what the agent accepts from a verifier.
 const maxTicketMessage = 64 << 10
 
 // diskKeySize is the length of the disk key a ticket must carry.
-const diskKeySize = 32
+const diskKeySize = protocol.DiskKeySize
 
 // attempt runs one join on one endpoint.
 func (c *Client) attempt(ctx context.Context, endpoint string, req Request) (*latchkeyv1.Ticket, error) {

@@ -23,6 +23,16 @@ const (
 	maxCertTableEntries = 32
 )
 
+// The limits agree: SNP evidence fits the transport's bound on every
+// variant's evidence, and a report with the largest certificate table
+// accepted (plus 1 KiB of protobuf framing) fits MaxEvidenceSize, so no
+// evidence passes one bound and fails the other. Each line fails to
+// compile when its bound is broken.
+var (
+	_ [attest.MaxEvidenceSize - MaxEvidenceSize]struct{}
+	_ [MaxEvidenceSize - (MaxCertTableSize + abi.ReportSize + 1<<10)]struct{}
+)
+
 var (
 	vcekGUID = uuid.MustParse(abi.VcekGUID)
 	vlekGUID = uuid.MustParse(abi.VlekGUID)

@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-sev-guest/kds"
 	"github.com/google/go-sev-guest/verify/trust"
 
+	"github.com/latchkey/latchkey/internal/atomicfile"
 	"github.com/latchkey/latchkey/internal/clock"
 )
 
@@ -101,7 +102,7 @@ func storeCollateral(ctx context.Context, getter trust.HTTPSGetter, dir, line st
 			return err
 		}
 	}
-	return writeAtomic(filepath.Join(pdir, VCEKFileName(chipID, tcb)), der)
+	return atomicfile.Write(filepath.Join(pdir, VCEKFileName(chipID, tcb)), der, 0o644)
 }
 
 // fetchProductChain stores the product's ASK and ARK next to the VCEKs
@@ -127,40 +128,14 @@ func fetchProductChain(ctx context.Context, getter trust.HTTPSGetter, pdir, line
 	if err := vcek.CheckSignatureFrom(pc.Ask); err != nil {
 		return fmt.Errorf("fetched VCEK is not signed by the fetched %s ASK: %w", line, err)
 	}
-	if err := writeAtomic(filepath.Join(pdir, "ask.pem"), pemCert(ask)); err != nil {
+	if err := atomicfile.Write(filepath.Join(pdir, "ask.pem"), pemCert(ask), 0o644); err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(pdir, "ark.pem"), pemCert(ark))
+	return atomicfile.Write(filepath.Join(pdir, "ark.pem"), pemCert(ark), 0o644)
 }
 
 func pemCert(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
-
-// writeAtomic writes a public file (certificates only) so a reader never
-// sees it half-written.
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // KDSGetter fetches from AMD KDS over HTTPS and honours its rate limits: a

@@ -54,3 +54,11 @@ func IsVersion(args []string) bool {
 	}
 	return false
 }
+
+// Override sets *dst to v unless v is empty: a string flag left unset
+// keeps what the configuration file (or the kernel command line) said.
+func Override(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
+}

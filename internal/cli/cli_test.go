@@ -44,3 +44,15 @@ func TestIsVersion(t *testing.T) {
 		t.Fatal("IsVersion")
 	}
 }
+
+func TestOverrideKeepsWhatAnEmptyFlagDoesNotSay(t *testing.T) {
+	v := "from-file"
+	Override(&v, "")
+	if v != "from-file" {
+		t.Fatalf("an empty flag replaced the file's value: %q", v)
+	}
+	Override(&v, "from-flag")
+	if v != "from-flag" {
+		t.Fatalf("the flag did not win: %q", v)
+	}
+}

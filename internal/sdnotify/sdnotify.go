@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -78,23 +77,9 @@ func (n *Notifier) Status(status string) error {
 	return n.notify("STATUS=" + cleanStatus(status))
 }
 
-// Statusf is Status with fmt formatting.
-func (n *Notifier) Statusf(format string, args ...any) error {
-	return n.Status(fmt.Sprintf(format, args...))
-}
-
 // Stopping tells systemd a stop is under way (graceful shutdown started),
 // so it does not treat the remaining work as a hang.
 func (n *Notifier) Stopping() error { return n.notify(daemon.SdNotifyStopping) }
-
-// ExtendTimeout asks for d more time on the current start or stop job
-// (EXTEND_TIMEOUT_USEC), for a unit whose TimeoutStartSec= is finite.
-func (n *Notifier) ExtendTimeout(d time.Duration) error {
-	if d <= 0 {
-		return fmt.Errorf("sdnotify: extend timeout by %v: want a positive duration", d)
-	}
-	return n.notify("EXTEND_TIMEOUT_USEC=" + strconv.FormatInt(d.Microseconds(), 10))
-}
 
 func (n *Notifier) notify(state string) error {
 	if _, err := n.send(state); err != nil {

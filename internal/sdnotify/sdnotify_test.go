@@ -49,7 +49,6 @@ func TestNotificationsReachNotifySocket(t *testing.T) {
 		{func() error { return n.Status("attesting to v1:7443\n(attempt 3)") }, "STATUS=attesting to v1:7443 (attempt 3)"},
 		{n.Ready, "READY=1"},
 		{func() error { return n.ReadyStatus("joined") }, "READY=1\nSTATUS=joined"},
-		{func() error { return n.ExtendTimeout(1500 * time.Millisecond) }, "EXTEND_TIMEOUT_USEC=1500000"},
 		{n.Stopping, "STOPPING=1"},
 	}
 	for _, s := range steps {
@@ -76,12 +75,6 @@ func TestBrokenNotifySocketIsAnError(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", filepath.Join(t.TempDir(), "absent.sock"))
 	if err := New(Config{}).Ready(); err == nil || !strings.Contains(err.Error(), "READY") {
 		t.Fatalf("want an error naming READY, got %v", err)
-	}
-}
-
-func TestExtendTimeoutRefusesNonPositive(t *testing.T) {
-	if err := New(Config{Send: func(string) (bool, error) { return true, nil }}).ExtendTimeout(0); err == nil {
-		t.Fatal("ExtendTimeout(0) succeeded")
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/latchkey/latchkey/internal/localapi"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // WriteTokens prints bootstrap tokens as a table (`latchkey-verifier
@@ -72,12 +73,8 @@ func expiry(t *adminv1.Token, now time.Time) string {
 }
 
 func roleName(r latchkeyv1.Role) string {
-	switch r {
-	case latchkeyv1.Role_ROLE_WORKER:
-		return "worker"
-	case latchkeyv1.Role_ROLE_CONTROL_PLANE:
-		return "control-plane"
-	default:
-		return "-"
+	if n := protocol.RoleName(r); n != "" {
+		return n
 	}
+	return "-"
 }

@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
-	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/adminapi"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/policy"
@@ -39,43 +36,32 @@ type tokenAdmin struct {
 
 func (t tokenAdmin) List(ctx context.Context) ([]*adminv1.Token, error) {
 	l, err := t.client.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
-		LabelSelector: token.LabelManagedBy + "=" + token.ManagedBy})
+		LabelSelector: token.ManagedSelector})
 	if err != nil {
 		return nil, fmt.Errorf("list token secrets: %w", err)
 	}
 	out := make([]*adminv1.Token, 0, len(l.Items))
 	for i := range l.Items {
-		if l.Items[i].Type == bootstrapapi.SecretTypeBootstrapToken {
-			out = append(out, tokenInfo(&l.Items[i].ObjectMeta, l.Items[i].Data))
+		if info, ok := token.ReadSecret(&l.Items[i]); ok {
+			out = append(out, tokenInfo(info))
 		}
 	}
 	return out, nil
 }
 
-// tokenInfo reads a token Secret's public fields; never its secret.
-func tokenInfo(m *metav1.ObjectMeta, data map[string][]byte) *adminv1.Token {
-	t := &adminv1.Token{
-		Id:             string(data[bootstrapapi.BootstrapTokenIDKey]),
-		NodeName:       m.Annotations[token.AnnotationNode],
-		EvidenceDigest: m.Annotations[token.AnnotationEvidence],
-		CreatedUnix:    m.CreationTimestamp.Unix(),
-		Role:           latchkeyv1.Role_ROLE_WORKER,
-	}
-	if m.Labels[token.LabelRole] == "control-plane" {
-		t.Role = latchkeyv1.Role_ROLE_CONTROL_PLANE
-	}
-	if raw, ok := data[bootstrapapi.BootstrapTokenExpirationKey]; ok {
-		if exp, err := time.Parse(time.RFC3339, string(raw)); err == nil {
-			t.ExpiryUnix = exp.Unix()
-		} else {
-			t.ExpirationMalformed, t.RawExpiration = true, string(raw)
-		}
+// tokenInfo is the admin API's view of a token Secret.
+func tokenInfo(i token.Info) *adminv1.Token {
+	t := &adminv1.Token{Id: i.ID, NodeName: i.NodeName, EvidenceDigest: i.EvidenceDigest,
+		CreatedUnix: i.Created.Unix(), Role: i.Role,
+		ExpirationMalformed: i.ExpirationMalformed, RawExpiration: i.RawExpiration}
+	if !i.Expiry.IsZero() {
+		t.ExpiryUnix = i.Expiry.Unix()
 	}
 	return t
 }
 
 func (t tokenAdmin) Revoke(ctx context.Context, id string) error {
-	_, err := t.client.CoreV1().Secrets(metav1.NamespaceSystem).Get(ctx, bootstrapapi.BootstrapTokenSecretPrefix+id, metav1.GetOptions{})
+	_, err := t.client.CoreV1().Secrets(metav1.NamespaceSystem).Get(ctx, token.SecretName(id), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("%w: %s", adminapi.ErrTokenNotFound, id)
 	}

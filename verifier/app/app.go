@@ -65,6 +65,8 @@ type Verifier struct {
 	kube       kubernetes.Interface
 	metrics    *metrics.Metrics
 	policyDeps policy.Deps
+	// bg owns Serve's goroutines; Serve waits for them.
+	bg background
 	// revoker deletes the tokens of denied nodes (nil in disk-only mode).
 	revoker *service.Revoker
 }
@@ -236,24 +238,29 @@ func NewCollateral(cfg *Config, kube kubernetes.Interface, log *slog.Logger) (*s
 // Serve listens and serves until ctx ends, then stops gracefully: joins in
 // flight finish (or hit their own timeout), new ones are refused.
 func (v *Verifier) Serve(ctx context.Context) error {
+	// Deferred in reverse: stop the admin API, end the context, wait for
+	// every background goroutine, and only then wipe the master secret.
 	defer v.keys.Close()
+	defer v.bg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	lis, err := v.listener()
 	if err != nil {
 		return err
 	}
-	go v.store.Run(ctx)
-	go v.serveMetrics(ctx)
+	v.bg.Go(func() { v.store.Run(ctx) })
+	v.bg.Go(func() { v.serveMetrics(ctx) })
 	if v.revoker != nil {
-		go v.revoker.Run(ctx)
+		v.bg.Go(func() { v.revoker.Run(ctx) })
 	}
 	if v.kube != nil {
-		go runApprover(ctx, v.kube, v.bindings, v.store, v.cfg.Kubernetes, v.deps.Logger)
-		go runReaper(ctx, v.kube, v.Minter, v.metrics, v.deps.Logger)
+		v.bg.Go(func() { runApprover(ctx, v.kube, v.bindings, v.store, v.cfg.Kubernetes, v.deps.Logger) })
+		v.bg.Go(func() { runReaper(ctx, v.kube, v.Minter, v.metrics, v.deps.Logger) })
 	}
 	stopAdmin := v.serveAdmin()
 	defer stopAdmin()
 	errc := make(chan error, 1)
-	go func() { errc <- v.grpc.Serve(lis) }()
+	v.bg.Go(func() { errc <- v.grpc.Serve(lis) })
 	v.deps.Logger.Info("verifier serving", "address", lis.Addr().String(), "disk_only", v.Minter == nil)
 	if v.cfg.Identity.AdoptUnbound {
 		v.deps.Logger.Warn("identity.adoptUnbound is on: a rejoin whose disk or node name has no binding record claims it; turn it off once every node has rejoined")
@@ -344,7 +351,7 @@ func (v *Verifier) serveAdmin() func() {
 		v.deps.Logger.Warn("admin API not available", "socket", v.cfg.AdminSocket, "error", err.Error())
 		return func() {}
 	}
-	go srv.Serve(lis)
+	v.bg.Go(func() { _ = srv.Serve(lis) })
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

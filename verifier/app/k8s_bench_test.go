@@ -6,45 +6,23 @@ package app_test
 // brings up (run inside its network namespace, LATCHKEY_K8S_ENV set).
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/internal/k8stest"
 	"github.com/latchkey/latchkey/verifier/app"
 )
-
-func k8sEnv(tb testing.TB) map[string]string {
-	tb.Helper()
-	path := os.Getenv("LATCHKEY_K8S_ENV")
-	if path == "" {
-		tb.Skip("LATCHKEY_K8S_ENV not set: run through scripts/test-k8s.sh")
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			env[k] = v
-		}
-	}
-	return env
-}
 
 // kubeRig is the assembled verifier with the real token step: the narrow
 // credential, the real bootstrap signer's JWS wait.
 func kubeRig(tb testing.TB) *rig {
-	env := k8sEnv(tb)
+	env := k8stest.Load(tb)
 	sim := tpmtest.Start(tb)
 	dir := tb.TempDir()
 	ref, err := tpm.Measure(context.Background(), sim.Device, testPCRs)

@@ -22,40 +22,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/internal/k8stest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/app"
+	"github.com/latchkey/latchkey/verifier/csr"
 	"github.com/latchkey/latchkey/verifier/token"
 )
-
-func k8sClientOf(t *testing.T, kubeconfig string) kubernetes.Interface {
-	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// asToken authenticates with a bootstrap token, as the kubelet does
-// during its TLS bootstrap.
-func asToken(t *testing.T, env map[string]string, tok string) kubernetes.Interface {
-	t.Helper()
-	c, err := kubernetes.NewForConfig(&rest.Config{Host: "https://" + env["LATCHKEY_K8S_ENDPOINT"], BearerToken: tok,
-		TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(env["LATCHKEY_K8S_PKI"], "ca.crt")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // nodeCSR makes the client CSR a bootstrapping kubelet named node makes,
 // and waits (as the admin) until it is decided and, if approved, signed
@@ -112,7 +87,7 @@ func signedFor(csr *certv1.CertificateSigningRequest) string {
 // controller-manager signing: TPM 2 never gets system:node:node-1, not
 // by asking for the name and not with its own token.
 func TestK8sIdentityNodeCertificate(t *testing.T) {
-	env := k8sEnv(t)
+	env := k8stest.Load(t)
 	sims := tpmtest.StartSiblings(t, 2)
 	dir := t.TempDir()
 	pol := tpmPolicy(t, sims[0])
@@ -124,10 +99,10 @@ func TestK8sIdentityNodeCertificate(t *testing.T) {
 		Kubernetes: &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]}}
 	r := &idRig{rig: &rig{logs: &lockedBuffer{}}, cfg: cfg}
 	startAssembled(t, r.rig, cfg, nil)
-	admin := k8sClientOf(t, env["LATCHKEY_K8S_ADMIN_KUBECONFIG"])
+	admin := env.Admin(t)
 	tokens := func() int {
 		l, err := admin.CoreV1().Secrets("kube-system").List(context.Background(), metav1.ListOptions{
-			LabelSelector: token.LabelManagedBy + "=" + token.ManagedBy})
+			LabelSelector: token.ManagedSelector})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,19 +123,19 @@ func TestK8sIdentityNodeCertificate(t *testing.T) {
 	}
 	// TPM 2 joins as itself and tries node-1's certificate with its token.
 	t2 := r.join(t, tpm2, req("node-2", diskB, false, false))
-	evil := nodeCSR(t, asToken(t, env, t2.Token), admin, "node-1")
+	evil := nodeCSR(t, env.TokenClient(t, t2.Token), admin, "node-1")
 	if signedFor(evil) != "" || !slices.ContainsFunc(evil.Status.Conditions, func(c certv1.CertificateSigningRequestCondition) bool {
-		return c.Type == certv1.CertificateDenied && c.Reason == token.ReasonDenied
+		return c.Type == certv1.CertificateDenied && c.Reason == csr.ReasonDenied
 	}) {
 		t.Fatalf("TPM 2's CSR for node-1: %+v", evil.Status)
 	}
 	// TPM 1's token gets node-1's certificate, signed by the real signer.
-	good := nodeCSR(t, asToken(t, env, t1.Token), admin, "node-1")
+	good := nodeCSR(t, env.TokenClient(t, t1.Token), admin, "node-1")
 	if got := signedFor(good); got != "system:node:node-1" {
 		t.Fatalf("TPM 1's CSR: signed %q, status %+v", got, good.Status)
 	}
 	// TPM 2's CSR for its own name is fine.
-	if got := signedFor(nodeCSR(t, asToken(t, env, t2.Token), admin, "node-2")); got != "system:node:node-2" {
+	if got := signedFor(nodeCSR(t, env.TokenClient(t, t2.Token), admin, "node-2")); got != "system:node:node-2" {
 		t.Fatalf("TPM 2's own CSR: signed %q", got)
 	}
 	// No latchkey CSR was ever signed for node-1 but TPM 1's.

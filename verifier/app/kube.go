@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/latchkey/latchkey/verifier/binding"
+	"github.com/latchkey/latchkey/verifier/csr"
 	"github.com/latchkey/latchkey/verifier/metrics"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/token"
@@ -37,7 +38,7 @@ func newKubeMinter(k *Kubernetes, log *slog.Logger) (kubernetes.Interface, token
 // attested (kubeadm's blanket auto-approval is off for latchkey's tokens).
 // It runs until ctx ends; its failure is logged, joins go on.
 func runApprover(ctx context.Context, client kubernetes.Interface, b binding.Store, pol policy.Source, k *Kubernetes, log *slog.Logger) {
-	a, err := token.NewApprover(token.ApproverConfig{Client: client, Tokens: NodeTokens{Store: b, Policy: pol}, Logger: log,
+	a, err := csr.NewApprover(csr.ApproverConfig{Client: client, Tokens: NodeTokens{Store: b, Policy: pol}, Logger: log,
 		ServingCertificates: k.ApproveServingCertificates})
 	if err == nil {
 		err = a.Run(ctx)
@@ -58,7 +59,7 @@ type NodeTokens struct {
 	Policy policy.Source
 }
 
-// NodeTokenID implements token.NodeTokens.
+// NodeTokenID implements csr.NodeTokens.
 func (n NodeTokens) NodeTokenID(ctx context.Context, node string) (string, error) {
 	r, err := n.Store.Get(ctx, binding.Node, node)
 	if errors.Is(err, binding.ErrNotFound) || errors.Is(err, binding.ErrInvalid) {
@@ -98,8 +99,8 @@ func kubeClient(path string) (kubernetes.Interface, error) {
 // runReaper deletes each node's bootstrap token once the node has used
 // it (certificate issued, Node registered); tokens it misses expire at
 // their TTL.
-func runReaper(ctx context.Context, client kubernetes.Interface, revoker token.Revoker, m *metrics.Metrics, log *slog.Logger) {
-	r, err := token.NewReaper(token.ReaperConfig{Client: client, Revoker: revoker, Logger: log,
+func runReaper(ctx context.Context, client kubernetes.Interface, revoker csr.Revoker, m *metrics.Metrics, log *slog.Logger) {
+	r, err := csr.NewReaper(csr.ReaperConfig{Client: client, Revoker: revoker, Logger: log,
 		OnReaped: func() { m.TokenRevoked(metrics.RevokeUsed) }})
 	if err == nil {
 		err = r.Run(ctx)

@@ -30,7 +30,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/latchkey/latchkey/verifier/keys"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // Kind says what a record binds.
@@ -144,7 +144,7 @@ func validate(kind Kind, name, identity string, needIdentity bool) error {
 			return fmt.Errorf("%w: node name %.64q is not a DNS-1123 subdomain", ErrInvalid, name)
 		}
 	case Disk:
-		if !keys.ValidUUID(name) {
+		if !protocol.ValidDiskUUID(name) {
 			return fmt.Errorf("%w: disk uuid %.64q is not a canonical lower-case uuid", ErrInvalid, name)
 		}
 	default:

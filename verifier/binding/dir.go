@@ -2,8 +2,6 @@ package binding
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/latchkey/latchkey/internal/atomicfile"
 )
 
 // maxRecordFile bounds a record file read back from disk.
@@ -191,62 +191,31 @@ func (d *Dir) List(_ context.Context) ([]Record, error) {
 	return out, nil
 }
 
-// create writes r to a temporary file and links it to p; fs.ErrExist when
-// p exists.
+// create writes r to p unless p exists (fs.ErrExist), atomically.
 func (d *Dir) create(p string, r Record) error {
-	tmp, err := d.writeTemp(r)
+	data, err := json.Marshal(fileRecord(r))
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp)
-	if err := os.Link(tmp, p); err != nil {
+	if err := atomicfile.Create(p, data, 0o600); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return fs.ErrExist
 		}
 		return fmt.Errorf("binding: %w", err)
 	}
-	return syncDir(d.dir)
+	return nil
 }
 
-// replace writes r over p atomically (rename).
+// replace writes r over p atomically.
 func (d *Dir) replace(p string, r Record) error {
-	tmp, err := d.writeTemp(r)
+	data, err := json.Marshal(fileRecord(r))
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Write(p, data, 0o600); err != nil {
 		return fmt.Errorf("binding: %w", err)
 	}
-	return syncDir(d.dir)
-}
-
-func (d *Dir) writeTemp(r Record) (string, error) {
-	data, err := json.Marshal(fileRecord(r))
-	if err != nil {
-		return "", err
-	}
-	var rnd [8]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return "", err
-	}
-	tmp := filepath.Join(d.dir, ".tmp-"+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return "", fmt.Errorf("binding: %w", err)
-	}
-	_, werr := f.Write(data)
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		os.Remove(tmp)
-		return "", fmt.Errorf("binding: write record: %w", werr)
-	}
-	return tmp, nil
+	return nil
 }
 
 func (d *Dir) read(p string) (Record, error) {
@@ -274,16 +243,4 @@ func (d *Dir) read(p string) (Record, error) {
 		return Record{}, fmt.Errorf("binding: record %s does not name itself", p)
 	}
 	return Record(fr), nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("binding: %w", err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("binding: sync %s: %w", dir, err)
-	}
-	return nil
 }

@@ -16,11 +16,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
-)
 
-// DiskKeySize is the length of a derived disk key (256 bits).
-const DiskKeySize = 32
+	"github.com/latchkey/latchkey/protocol"
+)
 
 // MinMasterSecretSize is the shortest master secret accepted (256 bits).
 const MinMasterSecretSize = 32
@@ -33,12 +31,6 @@ const MaxMasterSecretSize = 4096
 const CredentialName = "latchkey-master-secret"
 
 const diskInfoPrefix = "latchkey/v1 disk "
-
-var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-
-// ValidUUID reports whether s is a canonical lower-case UUID, the only form
-// a disk UUID may take on the wire (so one disk has one key).
-func ValidUUID(s string) bool { return uuidRE.MatchString(s) }
 
 // Deriver derives disk keys. It holds a copy of the master secret; call
 // Close to clear it.
@@ -67,10 +59,10 @@ func (d *Deriver) SecretLooksLikeText() bool { return d.text }
 
 // DiskKey returns the key of the disk with this canonical UUID.
 func (d *Deriver) DiskKey(diskUUID string) ([]byte, error) {
-	if !ValidUUID(diskUUID) {
+	if !protocol.ValidDiskUUID(diskUUID) {
 		return nil, fmt.Errorf("disk uuid %q is not a canonical lower-case uuid", diskUUID)
 	}
-	return hkdf.Key(sha256.New, d.master, d.salt, diskInfoPrefix+diskUUID, DiskKeySize)
+	return hkdf.Key(sha256.New, d.master, d.salt, diskInfoPrefix+diskUUID, protocol.DiskKeySize)
 }
 
 // Close clears the master secret held by d.

@@ -11,7 +11,7 @@ import (
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/snp"
 	"github.com/latchkey/latchkey/attest/tpm"
-	"github.com/latchkey/latchkey/verifier/keys"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // Deny is the policy's deny list: machines, node names and disks that are
@@ -78,7 +78,7 @@ func compileDeny(d *Deny) (*DenyList, error) {
 		l.nodes[n] = true
 	}
 	for i, u := range d.DiskUUIDs {
-		if !keys.ValidUUID(u) {
+		if !protocol.ValidDiskUUID(u) {
 			return nil, fmt.Errorf("%s[%d]: %q is not a canonical lower-case uuid", DenyDiskUUIDs, i, u)
 		}
 		l.disks[u] = true

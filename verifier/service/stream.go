@@ -8,7 +8,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
-	"github.com/latchkey/latchkey/verifier/keys"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // recv reads one message, giving up when ctx ends (the handler's return
@@ -58,7 +58,7 @@ func validateHello(h *latchkeyv1.Hello) error {
 	if errs := validation.IsDNS1123Subdomain(h.GetNodeName()); len(errs) > 0 {
 		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "node name %.64q is not a DNS-1123 subdomain", h.GetNodeName())
 	}
-	if !keys.ValidUUID(h.GetDiskUuid()) {
+	if !protocol.ValidDiskUUID(h.GetDiskUuid()) {
 		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "disk uuid %.64q is not a canonical lower-case uuid", h.GetDiskUuid())
 	}
 	switch h.GetRole() {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/internal/atomicfile"
 )
 
 // File names inside the state directory.
@@ -77,10 +78,10 @@ func create(dir string, now time.Time) (tls.Certificate, error) {
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 	defer clear(keyPEM)
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if err := writeAtomic(filepath.Join(dir, KeyFile), keyPEM); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, KeyFile), keyPEM, 0o600); err != nil {
 		return tls.Certificate{}, err
 	}
-	if err := writeAtomic(filepath.Join(dir, CertFile), certPEM); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, CertFile), certPEM, 0o600); err != nil {
 		return tls.Certificate{}, err
 	}
 	return tls.X509KeyPair(certPEM, keyPEM)
@@ -106,32 +107,6 @@ func selfSign(key *ecdsa.PrivateKey, now time.Time) ([]byte, error) {
 		return nil, fmt.Errorf("self-sign serving certificate: %w", err)
 	}
 	return der, nil
-}
-
-// writeAtomic writes data to path with mode 0600 through a temporary file
-// and a rename, so a crash never leaves a truncated key.
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return os.Rename(tmp.Name(), path)
 }
 
 // Pins returns the SPKI pin of every certificate in c's chain, leaf first.

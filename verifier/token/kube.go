@@ -260,10 +260,10 @@ func (k *Kube) rollback(id string, cause error) {
 // A token that is already gone (revoked, or reaped by the tokencleaner)
 // is not an error.
 func (k *Kube) Revoke(ctx context.Context, id string) error {
-	if !validTokenID(id) {
+	if !ValidID(id) {
 		return fmt.Errorf("%w: token ID %q", ErrBadRequest, id)
 	}
-	name := bootstrapapi.BootstrapTokenSecretPrefix + id
+	name := SecretName(id)
 	bg := metav1.DeletePropagationBackground
 	err := k.cfg.Client.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, name,
 		metav1.DeleteOptions{PropagationPolicy: &bg})

@@ -191,7 +191,7 @@ func TestRandomTokensAreValid(t *testing.T) {
 			t.Fatal(err)
 		}
 		tok := id + "." + secret
-		if !bootstraputil.IsValidBootstrapToken(tok) || !validTokenID(id) {
+		if !bootstraputil.IsValidBootstrapToken(tok) || !ValidID(id) {
 			t.Fatalf("invalid token %q", id)
 		}
 		if seen[tok] {

@@ -15,6 +15,7 @@ import (
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/protocol"
 )
 
 // Groups and labels latchkey's bootstrap tokens carry. The shipped RBAC
@@ -48,6 +49,12 @@ const (
 	// AnnotationEvidence is the digest of the accepted evidence.
 	AnnotationEvidence = "latchkey.io/evidence-digest"
 )
+
+// ManagedSelector selects the token Secrets latchkey wrote.
+const ManagedSelector = LabelManagedBy + "=" + ManagedBy
+
+// SecretName is the name of the Secret of the token with this ID.
+func SecretName(id string) string { return bootstrapapi.BootstrapTokenSecretPrefix + id }
 
 // tokenAlphabet is kubeadm's: lower-case letters and digits.
 const tokenAlphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -119,11 +126,21 @@ func validateRequest(req Request) error {
 	return nil
 }
 
+// roleLabel is the LabelRole value (protocol's role names).
 func roleLabel(r latchkeyv1.Role) string {
 	if r == latchkeyv1.Role_ROLE_CONTROL_PLANE {
-		return "control-plane"
+		return protocol.RoleControlPlane
 	}
-	return "worker"
+	return protocol.RoleWorker
+}
+
+// roleFromLabel reads LabelRole back; anything but control-plane is a
+// worker, the token with fewer rights.
+func roleFromLabel(v string) latchkeyv1.Role {
+	if r, ok := protocol.ParseRole(v); ok {
+		return r
+	}
+	return latchkeyv1.Role_ROLE_WORKER
 }
 
 // groupsFor lists the token's extra groups.
@@ -179,8 +196,8 @@ func description(req Request) string {
 	return d
 }
 
-// validTokenID reports whether id could be a bootstrap token ID.
-func validTokenID(id string) bool {
+// ValidID reports whether id could be a bootstrap token ID.
+func ValidID(id string) bool {
 	if len(id) != idLen {
 		return false
 	}
@@ -190,4 +207,44 @@ func validTokenID(id string) bool {
 		}
 	}
 	return true
+}
+
+// Info is what a token Secret written by bootstrapSecret says about its
+// token; never the token's secret.
+type Info struct {
+	ID             string
+	NodeName       string
+	Role           latchkeyv1.Role
+	EvidenceDigest string
+	Created        time.Time
+	// Expiry is zero when the Secret has no expiration, or one that does
+	// not parse: then ExpirationMalformed is set and RawExpiration holds
+	// it (the bootstrap authenticator treats such a token as expired).
+	Expiry              time.Time
+	ExpirationMalformed bool
+	RawExpiration       string
+}
+
+// ReadSecret reads a token Secret's public fields, the inverse of
+// bootstrapSecret. ok is false for a Secret that is not a bootstrap
+// token.
+func ReadSecret(s *corev1.Secret) (info Info, ok bool) {
+	if s.Type != bootstrapapi.SecretTypeBootstrapToken {
+		return Info{}, false
+	}
+	info = Info{
+		ID:             string(s.Data[bootstrapapi.BootstrapTokenIDKey]),
+		NodeName:       s.Annotations[AnnotationNode],
+		Role:           roleFromLabel(s.Labels[LabelRole]),
+		EvidenceDigest: s.Annotations[AnnotationEvidence],
+		Created:        s.CreationTimestamp.Time,
+	}
+	if raw, has := s.Data[bootstrapapi.BootstrapTokenExpirationKey]; has {
+		if exp, err := time.Parse(time.RFC3339, string(raw)); err == nil {
+			info.Expiry = exp
+		} else {
+			info.ExpirationMalformed, info.RawExpiration = true, string(raw)
+		}
+	}
+	return info, true
 }

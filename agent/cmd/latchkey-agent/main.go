@@ -60,113 +60,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// flags are the command-line overrides; they win over the kernel command
-// line, which wins over the config file.
-type flags struct {
-	configPath                                   string
-	verifiers, pins, verifierName                string
-	insecure, dryRun, noJoin, kubeadmDry         bool
-	kubeadm, ignorePreflight, wipe               string
-	nodeName, role, variant, tpmDevice, diskMode string
-	diskDevice, diskUUID, cmdlinePath, logLevel  string
-	statusFile                                   string
-	timeout                                      time.Duration
-}
-
-func (f *flags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.configPath, "config", config.DefaultPath, "config file")
-	fs.StringVar(&f.verifiers, "verifier", "", "verifier host:port, comma-separated (overrides latchkey.verifier= and the file)")
-	fs.StringVar(&f.pins, "pin", "", "verifier SPKI pin(s) sha256:<hex>, comma-separated")
-	fs.BoolVar(&f.insecure, "insecure-skip-verifier-auth", false, "accept any verifier (lab use only)")
-	fs.StringVar(&f.verifierName, "verifier-name", "", "name a CA-pinned verifier certificate must be valid for (default: each verifier's host)")
-	fs.StringVar(&f.nodeName, "node-name", "", "Kubernetes node name (default: host name)")
-	fs.StringVar(&f.role, "role", "", "worker or control-plane")
-	fs.StringVar(&f.variant, "variant", "", "evidence: tpm, snp or auto")
-	fs.StringVar(&f.tpmDevice, "tpm-device", "", "TPM device or tcp://host:port of a swtpm")
-	fs.StringVar(&f.diskMode, "disk-mode", "", "luks or key-only")
-	fs.StringVar(&f.diskDevice, "disk-device", "", "state disk device")
-	fs.StringVar(&f.diskUUID, "disk-uuid", "", "disk UUID in key-only mode")
-	fs.StringVar(&f.wipe, "wipe-state-disk", "", "DESTROY data on the state disk with this serial, /dev/disk/by-id/ name or LUKS UUID, and format it")
-	fs.BoolVar(&f.dryRun, "dry-run", false, "print the kubeadm JoinConfiguration (secrets redacted) instead of running kubeadm")
-	fs.BoolVar(&f.kubeadmDry, "kubeadm-dry-run", false, "run `kubeadm join --dry-run`: real discovery, no change to this node")
-	fs.StringVar(&f.kubeadm, "kubeadm", "", "the kubeadm binary (default: kubeadm on $PATH)")
-	fs.StringVar(&f.ignorePreflight, "ignore-preflight-errors", "", "kubeadm preflight checks to ignore, comma-separated")
-	fs.BoolVar(&f.noJoin, "no-join", false, "do not join Kubernetes (disk-only machines)")
-	fs.StringVar(&f.cmdlinePath, "kernel-cmdline", "/proc/cmdline", "kernel command line to read latchkey.* from")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.DurationVar(&f.timeout, "timeout", 0, "give up getting a ticket after this long (default 10m)")
-	fs.StringVar(&f.statusFile, "status-file", "", "where to leave the last result for `latchkey-agent status` (default "+config.DefaultStatusFile+"; - keeps none)")
-}
-
-// load merges the sources in precedence order.
-func (f *flags) load(fs *flag.FlagSet) (*config.Config, error) {
-	explicit := false
-	fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "config" })
-	cfg, err := config.LoadFile(f.configPath, explicit)
-	if err != nil {
-		return nil, err
-	}
-	if cl, err := config.ReadKernelCmdline(f.cmdlinePath); err == nil {
-		cfg.ApplyKernelCmdline(cl)
-	}
-	f.apply(cfg)
-	return cfg, nil
-}
-
-func (f *flags) apply(c *config.Config) {
-	if f.verifiers != "" {
-		c.Verifiers = strings.Split(f.verifiers, ",")
-	}
-	if f.pins != "" {
-		c.VerifierPins = strings.Split(f.pins, ",")
-	}
-	c.InsecureSkipVerifierAuth = c.InsecureSkipVerifierAuth || f.insecure
-	if f.verifierName != "" {
-		c.VerifierName = f.verifierName
-	}
-	if f.wipe != "" {
-		c.Disk.WipeStateDisk = config.WipeTarget(f.wipe)
-	}
-	c.Join.DryRun = c.Join.DryRun || f.dryRun
-	c.Join.Disabled = c.Join.Disabled || f.noJoin
-	c.Join.KubeadmDryRun = c.Join.KubeadmDryRun || f.kubeadmDry
-	override(&c.Join.Kubeadm, f.kubeadm)
-	if f.ignorePreflight != "" {
-		c.Join.IgnorePreflightErrors = strings.Split(f.ignorePreflight, ",")
-	}
-	override(&c.NodeName, f.nodeName)
-	override(&c.Role, f.role)
-	override(&c.Variant, f.variant)
-	override(&c.TPM.Device, f.tpmDevice)
-	override(&c.Disk.Mode, f.diskMode)
-	override(&c.Disk.Device, f.diskDevice)
-	override(&c.Disk.UUID, f.diskUUID)
-	override(&c.StatusFile, f.statusFile)
-	if f.timeout != 0 { // a negative value is refused by Validate
-		c.Timeout.Duration = f.timeout
-	}
-}
-
-func override(dst *string, v string) {
-	if v != "" {
-		*dst = v
-	}
-}
-
 func runBoot(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("latchkey-agent run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var f flags
-	f.register(fs)
+	var f config.Flags
+	f.Register(fs)
+	logLevel := registerLogLevel(fs)
 	if code, ok := cli.Parse(fs, args); !ok {
 		return code
 	}
-	if err := cli.CheckLogLevel(f.logLevel); err != nil {
+	if err := cli.CheckLogLevel(*logLevel); err != nil {
 		fmt.Fprintln(stderr, "latchkey-agent:", err)
 		return exitcode.BadConfig
 	}
-	log := logging.NewLogger(f.logLevel)
-	cfg, err := f.load(fs)
+	log := logging.NewLogger(*logLevel)
+	cfg, err := f.Load()
 	if err == nil {
 		err = cfg.Validate()
 	}
@@ -181,6 +89,12 @@ func runBoot(args []string, stdout, stderr io.Writer) int {
 		return exitcode.BadConfig
 	}
 	return boot(cfg, log, stdout)
+}
+
+// registerLogLevel is --log-level: how much the agent logs is not part
+// of its configuration.
+func registerLogLevel(fs *flag.FlagSet) *string {
+	return fs.String("log-level", "info", "debug, info, warn or error")
 }
 
 func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
@@ -280,12 +194,13 @@ func serveStatus(path string, state *app.State, log *slog.Logger) func() {
 func runMeasure(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("latchkey-agent measure", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var f flags
-	f.register(fs)
+	var f config.Flags
+	f.Register(fs)
+	registerLogLevel(fs) // accepted, as run accepts it
 	if code, ok := cli.Parse(fs, args); !ok {
 		return code
 	}
-	cfg, err := f.load(fs)
+	cfg, err := f.Load()
 	if err != nil {
 		fmt.Fprintln(stderr, "latchkey-agent measure:", err)
 		return exitcode.BadConfig

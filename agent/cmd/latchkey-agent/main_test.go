@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"flag"
 	"io"
 	"log/slog"
 	"net"
@@ -176,36 +175,4 @@ func BenchmarkStartToReadyOverhead(b *testing.B) {
 		total += attempt.Sub(start) + ready.Sub(unlocking)
 	}
 	b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "overhead-ms/op")
-}
-
-// TestWipeStateDiskSources: the file, then latchkey.wipeStateDisk= on the
-// kernel command line, then --wipe-state-disk; each names a disk.
-func TestWipeStateDiskSources(t *testing.T) {
-	dir := t.TempDir()
-	cfgPath, cmdline := filepath.Join(dir, "agent.yaml"), filepath.Join(dir, "cmdline")
-	os.WriteFile(cfgPath, []byte("disk:\n  wipeStateDisk: \"from-file\"\n"), 0o600)
-	os.WriteFile(cmdline, []byte("quiet latchkey.wipeStateDisk=from-cmdline\n"), 0o600)
-	load := func(args ...string) (string, error) {
-		fs := flag.NewFlagSet("test", flag.ContinueOnError)
-		var f flags
-		f.register(fs)
-		if err := fs.Parse(append([]string{"--config", cfgPath, "--kernel-cmdline", cmdline}, args...)); err != nil {
-			return "", err
-		}
-		c, err := f.load(fs)
-		if err != nil {
-			return "", err
-		}
-		return string(c.Disk.WipeStateDisk), nil
-	}
-	if got, err := load(); err != nil || got != "from-cmdline" {
-		t.Fatalf("without the flag: %q, %v; want the kernel command line's", got, err)
-	}
-	if got, err := load("--wipe-state-disk", "/dev/disk/by-id/virtio-state"); err != nil || got != "/dev/disk/by-id/virtio-state" {
-		t.Fatalf("with the flag: %q, %v", got, err)
-	}
-	os.WriteFile(cfgPath, []byte("disk:\n  wipeStateDisk: true\n"), 0o600)
-	if _, err := load(); err == nil || !strings.Contains(err.Error(), "it now names the disk it may destroy") {
-		t.Fatalf("a boolean in the file: %v", err)
-	}
 }

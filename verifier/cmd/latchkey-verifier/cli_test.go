@@ -44,6 +44,13 @@ func TestVersionAndHelpExitZero(t *testing.T) {
 	if code, _, errs := runCLI(t, "serve", "--help"); code != 0 || !strings.Contains(errs, "-master-secret-file") {
 		t.Fatalf("serve --help: %d %q", code, errs)
 	}
+	// Every command's --help prints its flags and exits 0.
+	for _, args := range [][]string{{"pin"}, {"policy", "predict"}, {"tokens", "list"}, {"bindings", "list"},
+		{"collateral", "fetch"}, {"secret", "id"}, {"recover-key"}} {
+		if code, _, errs := runCLI(t, append(args, "--help")...); code != 0 || !strings.Contains(errs, "Usage of latchkey-verifier") {
+			t.Errorf("%v --help: exit %d, stderr %q", args, code, errs)
+		}
+	}
 	if code, _, _ := runCLI(t); code != 2 {
 		t.Fatalf("no command: %d, want 2", code)
 	}

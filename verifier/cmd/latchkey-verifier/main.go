@@ -36,6 +36,7 @@ import (
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 	"github.com/latchkey/latchkey/verifier/adminapi"
 	"github.com/latchkey/latchkey/verifier/app"
+	"github.com/latchkey/latchkey/verifier/exitcode"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/predict"
 	"github.com/latchkey/latchkey/verifier/servingcert"
@@ -62,15 +63,15 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	if cli.IsVersion(args) {
 		fmt.Fprintln(stdout, version.String("latchkey-verifier"))
-		return 0
+		return exitcode.OK
 	}
 	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 		fmt.Fprintln(stdout, usageText)
-		return 0
+		return exitcode.OK
 	}
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usageText)
-		return 2
+		return exitcode.BadConfig
 	}
 	switch args[0] {
 	case "serve":
@@ -91,7 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return recoverKeyCmd(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "latchkey-verifier: unknown command %q\n", args[0])
-		return 2
+		return exitcode.BadConfig
 	}
 }
 
@@ -134,16 +135,11 @@ func (f *serveFlags) loadFile() (*app.Config, error) {
 			return nil, err
 		}
 	}
-	set := func(dst *string, v string) {
-		if v != "" {
-			*dst = v
-		}
-	}
-	set(&cfg.Listen, f.listen)
-	set(&cfg.Policy, f.policy)
-	set(&cfg.StateDir, f.stateDir)
-	set(&cfg.MasterSecretFile, f.masterSecret)
-	set(&cfg.ClusterSalt, f.salt)
+	cli.Override(&cfg.Listen, f.listen)
+	cli.Override(&cfg.Policy, f.policy)
+	cli.Override(&cfg.StateDir, f.stateDir)
+	cli.Override(&cfg.MasterSecretFile, f.masterSecret)
+	cli.Override(&cfg.ClusterSalt, f.salt)
 	cfg.Defaults()
 	return cfg, nil
 }
@@ -158,30 +154,31 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	if err := cli.CheckLogLevel(f.logLevel); err != nil {
 		fmt.Fprintln(stderr, "latchkey-verifier serve:", err)
-		return 2
+		return exitcode.BadConfig
 	}
 	log := logging.NewLogger(f.logLevel)
+	// fail logs why serve gives up and under which exit code.
+	fail := func(code int, msg string, err error) int {
+		log.Error(msg, "exit", exitcode.Name(code), "error", err.Error())
+		return code
+	}
 	cfg, err := f.load()
 	if err != nil {
-		log.Error("bad configuration", "error", err.Error())
-		return 2
+		return fail(exitcode.BadConfig, "bad configuration", err)
 	}
 	lis, err := activatedListener()
 	if err != nil {
-		log.Error("socket activation", "error", err.Error())
-		return 2
+		return fail(exitcode.BadConfig, "socket activation", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	notify := sdnotify.New(sdnotify.Config{Logger: log})
 	v, err := app.New(cfg, app.Deps{Logger: log, Listener: lis, Ready: func() { _ = notify.Ready() }})
 	if errors.Is(err, app.ErrConfig) {
-		log.Error("cannot start", "error", err.Error())
-		return 2
+		return fail(exitcode.BadConfig, "cannot start", err)
 	}
 	if err != nil {
-		log.Error("cannot start", "error", err.Error())
-		return 1
+		return fail(exitcode.Failed, "cannot start", err)
 	}
 	go func() {
 		if err := notify.Watchdog(ctx, v.Healthy); err != nil {
@@ -190,10 +187,9 @@ func serve(args []string, stderr io.Writer) int {
 	}()
 	go func() { <-ctx.Done(); _ = notify.Stopping() }()
 	if err := v.Serve(ctx); err != nil {
-		log.Error("serve failed", "error", err.Error())
-		return 1
+		return fail(exitcode.Failed, "serve failed", err)
 	}
-	return 0
+	return exitcode.OK
 }
 
 // activatedListener returns the socket systemd passed as "join"
@@ -218,22 +214,22 @@ func pin(args []string, stdout, stderr io.Writer) int {
 	cfg, err := f.loadFile()
 	if err != nil {
 		fmt.Fprintln(stderr, "latchkey-verifier pin:", err)
-		return 2
+		return exitcode.BadConfig
 	}
 	c, err := app.ServingCertificate(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "latchkey-verifier pin:", err)
-		return 1
+		return exitcode.Failed
 	}
 	pins, err := servingcert.Pins(c)
 	if err != nil {
 		fmt.Fprintln(stderr, "latchkey-verifier pin:", err)
-		return 1
+		return exitcode.Failed
 	}
 	// The leaf's pin. With a configured CA-signed chain an operator may
 	// pin the CA instead; `openssl` prints its SPKI like any other.
 	fmt.Fprintln(stdout, pins[0].String())
-	return 0
+	return exitcode.OK
 }
 
 const policyUsage = "usage: latchkey-verifier policy check FILE | policy predict --uki FILE [--boot-loader FILE]... [--cmdline TEXT]... [--phase PHASE]... [--stub 252|254] [--secure-boot-off]"
@@ -244,14 +240,14 @@ func policyCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) != 2 || args[0] != "check" {
 		fmt.Fprintln(stderr, policyUsage)
-		return 2
+		return exitcode.BadConfig
 	}
 	// Checked in this process: the same parser and compiler the verifier
 	// loads with, without touching the running verifier's policy.
 	snap, err := policy.LoadFile(args[1], policy.Deps{})
 	if err != nil {
 		fmt.Fprintf(stderr, "policy %s is invalid: %v\n", args[1], err)
-		return 1
+		return exitcode.Failed
 	}
 	data, _ := policy.ReadFile(args[1])
 	if p, err := policy.Parse(data); err == nil {
@@ -260,11 +256,11 @@ func policyCmd(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "policy %s: %s\n", args[1], f)
 			}
 			fmt.Fprintf(stderr, "policy %s is well-formed (%s) but not fit to deploy\n", args[1], snap.Digest)
-			return 1
+			return exitcode.Failed
 		}
 	}
 	fmt.Fprintf(stdout, "policy %s is valid (%s), %d variant(s) enabled\n", args[1], snap.Digest, len(snap.Validators))
-	return 0
+	return exitcode.OK
 }
 
 // listFlag is a repeatable string flag.
@@ -286,12 +282,12 @@ func predictCmd(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&phases, "phase", "a boot phase to predict pcr 11 for (repeatable; default the agent's phases)")
 	stub := fs.String("stub", string(predict.Stub252), "systemd-stub generation in the UKI: 252 or 254")
 	fs.BoolVar(&o.SecureBootOff, "secure-boot-off", false, "admit machines with Secure Boot off")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := cli.Parse(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() != 0 || o.UKI == "" {
 		fmt.Fprintln(stderr, policyUsage)
-		return 2
+		return exitcode.BadConfig
 	}
 	o.BootLoaders, o.Cmdlines, o.Phases, o.Stub = loaders, cmdlines, phases, predict.Stub(*stub)
 	s, u, err := predict.Predict(o)
@@ -300,9 +296,9 @@ func predictCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "latchkey-verifier: %v\n", err)
-		return 1
+		return exitcode.Failed
 	}
-	return 0
+	return exitcode.OK
 }
 
 func tokensCmd(args []string, stdout, stderr io.Writer) int {
@@ -311,16 +307,16 @@ func tokensCmd(args []string, stdout, stderr io.Writer) int {
 	socket := fs.String("socket", localapi.VerifierSocket, "the verifier's admin socket")
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "usage: latchkey-verifier tokens list | revoke ID")
-		return 2
+		return exitcode.BadConfig
 	}
 	sub := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+	if code, ok := cli.Parse(fs, args[1:]); !ok {
+		return code
 	}
 	conn, err := localapi.Dial(*socket)
 	if err != nil {
 		fmt.Fprintln(stderr, "latchkey-verifier tokens:", err)
-		return 1
+		return exitcode.Failed
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -341,7 +337,7 @@ func tokensCmd(args []string, stdout, stderr io.Writer) int {
 		return report(stderr, err)
 	}
 	fmt.Fprintln(stderr, "usage: latchkey-verifier tokens list | revoke ID")
-	return 2
+	return exitcode.BadConfig
 }
 
 func report(stderr io.Writer, err error) int { return reportAs(stderr, "tokens", err) }
@@ -349,9 +345,9 @@ func report(stderr io.Writer, err error) int { return reportAs(stderr, "tokens",
 func reportAs(stderr io.Writer, cmd string, err error) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "latchkey-verifier %s: %v\n", cmd, err)
-		return 1
+		return exitcode.Failed
 	}
-	return 0
+	return exitcode.OK
 }
 
 const bindingsUsage = "usage: latchkey-verifier bindings list | release --node NAME | release --disk UUID"
@@ -366,12 +362,15 @@ func bindingsCmd(args []string, stdout, stderr io.Writer) int {
 	disk := fs.String("disk", "", "release the binding of this disk UUID")
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, bindingsUsage)
-		return 2
+		return exitcode.BadConfig
 	}
 	sub := args[0]
-	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
+	if code, ok := cli.Parse(fs, args[1:]); !ok {
+		return code
+	}
+	if fs.NArg() != 0 {
 		fmt.Fprintln(stderr, bindingsUsage)
-		return 2
+		return exitcode.BadConfig
 	}
 	req := &adminv1.ReleaseBindingRequest{}
 	switch {
@@ -383,7 +382,7 @@ func bindingsCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	default:
 		fmt.Fprintln(stderr, bindingsUsage)
-		return 2
+		return exitcode.BadConfig
 	}
 	conn, err := localapi.Dial(*socket)
 	if err != nil {
@@ -419,19 +418,23 @@ func collateralCmd(args []string, stdout, stderr io.Writer) int {
 	product := fs.String("product", "Milan", "product line: Milan, Genoa or Turin")
 	chipHex := fs.String("chip-id", "", "chip ID (128 hex digits, from the report or the refusal)")
 	tcb := fs.Uint64("tcb", 0, "reported TCB version (from the report or the refusal)")
-	if len(args) == 0 || args[0] != "fetch" || fs.Parse(args[1:]) != nil {
-		fmt.Fprintln(stderr, "usage: latchkey-verifier collateral fetch --chip-id HEX --tcb N [--product Milan] [--config FILE]")
-		return 2
+	const usage = "usage: latchkey-verifier collateral fetch --chip-id HEX --tcb N [--product Milan] [--config FILE]"
+	if len(args) == 0 || args[0] != "fetch" {
+		fmt.Fprintln(stderr, usage)
+		return exitcode.BadConfig
+	}
+	if code, ok := cli.Parse(fs, args[1:]); !ok {
+		return code
 	}
 	chipID, err := hex.DecodeString(*chipHex)
 	if err != nil || len(chipID) != 64 {
 		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch: --chip-id must be 128 hex digits")
-		return 2
+		return exitcode.BadConfig
 	}
 	cfg, err := f.loadFile()
 	if err != nil || cfg.SNPCollateralDir == "" {
 		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch: no snpCollateralDir configured", err)
-		return 2
+		return exitcode.BadConfig
 	}
 	coll, err := app.NewCollateral(cfg, nil, logging.NewLogger(f.logLevel))
 	if err == nil {
@@ -441,8 +444,8 @@ func collateralCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch:", err)
-		return 1
+		return exitcode.Failed
 	}
 	fmt.Fprintf(stdout, "cached %s in %s\n", snp.VCEKFileName(chipID, *tcb), cfg.SNPCollateralDir)
-	return 0
+	return exitcode.OK
 }

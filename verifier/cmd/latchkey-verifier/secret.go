@@ -10,7 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/latchkey/latchkey/internal/cli"
+	"github.com/latchkey/latchkey/protocol"
 	"github.com/latchkey/latchkey/verifier/app"
+	"github.com/latchkey/latchkey/verifier/exitcode"
 	"github.com/latchkey/latchkey/verifier/keys"
 )
 
@@ -22,21 +24,21 @@ func secretCmd(args []string, stdout, stderr io.Writer) int {
 	const usage = "usage: latchkey-verifier secret init FILE | secret id [--config FILE] [--master-secret-file FILE] [--cluster-salt S]"
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usage)
-		return 2
+		return exitcode.BadConfig
 	}
 	switch args[0] {
 	case "init":
 		if len(args) != 2 {
 			fmt.Fprintln(stderr, usage)
-			return 2
+			return exitcode.BadConfig
 		}
 		if err := keys.InitMasterSecret(args[1]); err != nil {
 			fmt.Fprintln(stderr, "latchkey-verifier secret init:", err)
-			return 1
+			return exitcode.Failed
 		}
 		fmt.Fprintf(stdout, "created master secret %s (%d random bytes, mode 0600); keep a copy offline: without it no disk can be opened\n",
 			args[1], keys.MinMasterSecretSize)
-		return 0
+		return exitcode.OK
 	case "id":
 		d, code := deriverFromFlags("latchkey-verifier secret id", args[1:], stderr)
 		if d == nil {
@@ -44,10 +46,10 @@ func secretCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		defer d.Close()
 		fmt.Fprintln(stdout, d.KeyID())
-		return 0
+		return exitcode.OK
 	}
 	fmt.Fprintln(stderr, usage)
-	return 2
+	return exitcode.BadConfig
 }
 
 // recoverKeyCmd is break-glass recovery: it derives one disk's key offline
@@ -65,14 +67,14 @@ func recoverKeyCmd(args []string, stdout, stderr io.Writer) int {
 	if code, ok := cli.Parse(fs, args); !ok {
 		return code
 	}
-	if !keys.ValidUUID(*uuid) || *out == "" || fs.NArg() != 0 {
+	if !protocol.ValidDiskUUID(*uuid) || *out == "" || fs.NArg() != 0 {
 		fmt.Fprintln(stderr, "usage: latchkey-verifier recover-key --disk-uuid UUID --out FILE|- [--config FILE]"+
 			" (the UUID in canonical lower-case form)")
-		return 2
+		return exitcode.BadConfig
 	}
 	if *out == "-" && isTerminal(stdout) {
 		fmt.Fprintln(stderr, name+": refusing to write a disk key to a terminal; use --out FILE or a pipe")
-		return 2
+		return exitcode.BadConfig
 	}
 	d, code := deriverFromConfig(name, &f, stderr)
 	if d == nil {
@@ -82,15 +84,15 @@ func recoverKeyCmd(args []string, stdout, stderr io.Writer) int {
 	key, err := d.DiskKey(*uuid)
 	if err != nil {
 		fmt.Fprintln(stderr, name+":", err)
-		return 2
+		return exitcode.BadConfig
 	}
 	defer clear(key)
 	if err := writeKey(*out, key, stdout); err != nil {
 		fmt.Fprintln(stderr, name+":", err)
-		return 1
+		return exitcode.Failed
 	}
 	fmt.Fprintf(stderr, "%s: derived the key of disk %s under %s to %s\n", name, *uuid, d.KeyID(), *out)
-	return 0
+	return exitcode.OK
 }
 
 func deriverFromFlags(name string, args []string, stderr io.Writer) (*keys.Deriver, int) {
@@ -110,18 +112,18 @@ func deriverFromConfig(name string, f *serveFlags, stderr io.Writer) (*keys.Deri
 	cfg, err := f.loadFile()
 	if err != nil {
 		fmt.Fprintln(stderr, name+":", err)
-		return nil, 2
+		return nil, exitcode.BadConfig
 	}
 	if cfg.ClusterSalt == "" {
 		fmt.Fprintln(stderr, name+": no cluster salt configured (clusterSalt: or --cluster-salt)")
-		return nil, 2
+		return nil, exitcode.BadConfig
 	}
 	d, err := app.Deriver(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, name+":", err)
-		return nil, 2
+		return nil, exitcode.BadConfig
 	}
-	return d, 0
+	return d, exitcode.OK
 }
 
 func writeKey(out string, key []byte, stdout io.Writer) error {

@@ -1,4 +1,4 @@
-package token
+package csr
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+
+	"github.com/latchkey/latchkey/verifier/token"
 )
 
 // Revoker deletes a bootstrap token (Kube does).
@@ -64,14 +66,8 @@ func NewReaper(cfg ReaperConfig) (*Reaper, error) {
 	if cfg.Client == nil || cfg.Revoker == nil {
 		return nil, errors.New("token reaper: no Kubernetes client or revoker")
 	}
-	if cfg.Resync <= 0 {
-		cfg.Resync = 30 * time.Second
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Reaper{cfg: cfg, log: log.With("component", "token-reaper"), pending: map[string]issued{}}, nil
+	cfg.Resync = resync(cfg.Resync)
+	return &Reaper{cfg: cfg, log: componentLog(cfg.Logger, "token-reaper"), pending: map[string]issued{}}, nil
 }
 
 // Run watches CSRs and Nodes until ctx ends.
@@ -105,11 +101,11 @@ func (r *Reaper) Run(ctx context.Context) error {
 // issued.
 func (r *Reaper) ObserveCSR(csr *certv1.CertificateSigningRequest) {
 	if csr.Spec.SignerName != certv1.KubeAPIServerClientKubeletSignerName || len(csr.Status.Certificate) == 0 ||
-		!slices.Contains(csr.Spec.Groups, Group) {
+		!slices.Contains(csr.Spec.Groups, token.Group) {
 		return
 	}
 	id, ok := strings.CutPrefix(csr.Spec.Username, bootstrapapi.BootstrapUserPrefix)
-	if !ok || !validTokenID(id) {
+	if !ok || !token.ValidID(id) {
 		return
 	}
 	req, err := parseCSR(csr.Spec.Request)
@@ -117,7 +113,7 @@ func (r *Reaper) ObserveCSR(csr *certv1.CertificateSigningRequest) {
 		return
 	}
 	node, ok := strings.CutPrefix(req.Subject.CommonName, nodeUserPrefix)
-	if !ok || !slices.Contains(csr.Spec.Groups, NodeGroup(node)) {
+	if !ok || !slices.Contains(csr.Spec.Groups, token.NodeGroup(node)) {
 		return
 	}
 	at := approvedAt(csr)

@@ -1,4 +1,4 @@
-package token
+package csr
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/latchkey/latchkey/verifier/token"
 )
 
 func csrPEM(t *testing.T, cn string, org []string, dns []string, ips []net.IP) []byte {
@@ -46,7 +48,7 @@ func latchkeyCSR(t *testing.T, name, minted, asks string) *certv1.CertificateSig
 			SignerName: certv1.KubeAPIServerClientKubeletSignerName,
 			Usages:     clientUsages,
 			Username:   "system:bootstrap:abcdef",
-			Groups:     []string{"system:bootstrappers", Group, NodeGroup(minted), "system:authenticated"},
+			Groups:     []string{"system:bootstrappers", token.Group, token.NodeGroup(minted), "system:authenticated"},
 		},
 	}
 }
@@ -151,15 +153,15 @@ func TestApproverClientCSRRules(t *testing.T) {
 		}, Deny, `node "node-a" is bound to a machine that was given another token than qqqqqq`},
 		"name bound to another token, group forged for it": {func(c *certv1.CertificateSigningRequest) {
 			c.Spec.Request = csrPEM(t, "system:node:node-b", []string{"system:nodes"}, nil, nil)
-			c.Spec.Groups = []string{"system:bootstrappers", Group, NodeGroup("node-b")}
+			c.Spec.Groups = []string{"system:bootstrappers", token.Group, token.NodeGroup("node-b")}
 		}, Deny, `node "node-b" is bound to a machine that was given another token than abcdef`},
 		"no binding record": {func(c *certv1.CertificateSigningRequest) {
 			c.Spec.Request = csrPEM(t, "system:node:node-c", []string{"system:nodes"}, nil, nil)
-			c.Spec.Groups = []string{"system:bootstrappers", Group, NodeGroup("node-c")}
+			c.Spec.Groups = []string{"system:bootstrappers", token.Group, token.NodeGroup("node-c")}
 		}, Deny, `node "node-c" has no binding record naming a token`},
 		"record unreadable": {func(c *certv1.CertificateSigningRequest) {
 			c.Spec.Request = csrPEM(t, "system:node:unreadable", []string{"system:nodes"}, nil, nil)
-			c.Spec.Groups = []string{"system:bootstrappers", Group, NodeGroup("unreadable")}
+			c.Spec.Groups = []string{"system:bootstrappers", token.Group, token.NodeGroup("unreadable")}
 		}, Ignore, "not readable yet: apiserver down"},
 		"key encipherment ok": {func(c *certv1.CertificateSigningRequest) {
 			c.Spec.Usages = append(c.Spec.Usages, certv1.UsageKeyEncipherment)

@@ -1,4 +1,4 @@
-package token
+package csr
 
 import (
 	"context"
@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+
+	"github.com/latchkey/latchkey/verifier/token"
 )
 
 // Reasons the approver writes into CSR conditions and events.
@@ -95,14 +97,24 @@ func NewApprover(cfg ApproverConfig) (*Approver, error) {
 	if cfg.Tokens == nil {
 		return nil, errors.New("approver: no node binding records")
 	}
-	if cfg.Resync <= 0 {
-		cfg.Resync = 30 * time.Second
+	cfg.Resync = resync(cfg.Resync)
+	return &Approver{cfg: cfg, log: componentLog(cfg.Logger, "csr-approver")}, nil
+}
+
+// resync is a controller's resync period: d, or 30s by default.
+func resync(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 30 * time.Second
 	}
-	log := cfg.Logger
+	return d
+}
+
+// componentLog is log (slog.Default() when nil) naming the controller.
+func componentLog(log *slog.Logger, component string) *slog.Logger {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Approver{cfg: cfg, log: log.With("component", "csr-approver")}, nil
+	return log.With("component", component)
 }
 
 // Run watches CSRs until ctx ends.
@@ -169,7 +181,7 @@ func decided(csr *certv1.CertificateSigningRequest) bool {
 
 // decideClient rules on a kubelet client CSR.
 func (a *Approver) decideClient(ctx context.Context, csr *certv1.CertificateSigningRequest) (Verdict, string) {
-	if !strings.HasPrefix(csr.Spec.Username, bootstrapapi.BootstrapUserPrefix) || !slices.Contains(csr.Spec.Groups, Group) {
+	if !strings.HasPrefix(csr.Spec.Username, bootstrapapi.BootstrapUserPrefix) || !slices.Contains(csr.Spec.Groups, token.Group) {
 		return Ignore, "not made with a latchkey token"
 	}
 	req, err := parseCSR(csr.Spec.Request)
@@ -180,7 +192,7 @@ func (a *Approver) decideClient(ctx context.Context, csr *certv1.CertificateSign
 	if !ok || node == "" {
 		return Deny, fmt.Sprintf("subject %q is not system:node:<name>", req.Subject.CommonName)
 	}
-	if !slices.Contains(csr.Spec.Groups, NodeGroup(node)) {
+	if !slices.Contains(csr.Spec.Groups, token.NodeGroup(node)) {
 		return Deny, fmt.Sprintf("asks for node %q, but the token was minted for another attested node", node)
 	}
 	if !slices.Equal(req.Subject.Organization, []string{nodesGroup}) {

@@ -1,0 +1,40 @@
+package protocol
+
+import (
+	"testing"
+
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+func TestRoleNamesRoundTrip(t *testing.T) {
+	for _, r := range []latchkeyv1.Role{latchkeyv1.Role_ROLE_WORKER, latchkeyv1.Role_ROLE_CONTROL_PLANE} {
+		got, ok := ParseRole(RoleName(r))
+		if !ok || got != r {
+			t.Fatalf("ParseRole(RoleName(%v)) = %v %v", r, got, ok)
+		}
+	}
+	if n := RoleName(latchkeyv1.Role_ROLE_UNSPECIFIED); n != "" {
+		t.Fatalf("unspecified role named %q", n)
+	}
+	for _, s := range []string{"", "Worker", "controlplane", "control-plane ", "master"} {
+		if r, ok := ParseRole(s); ok || r != latchkeyv1.Role_ROLE_UNSPECIFIED {
+			t.Fatalf("ParseRole(%q) = %v %v, want refused", s, r, ok)
+		}
+	}
+}
+
+func TestValidDiskUUID(t *testing.T) {
+	for s, want := range map[string]bool{
+		"3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b":   true,
+		"3F2A9C1E-5B7D-4E8F-9A0B-1C2D3E4F5A6B":   false, // one disk, one form, one key
+		"3f2a9c1e5b7d4e8f9a0b1c2d3e4f5a6b":       false,
+		"{3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b}": false,
+		"3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b\n": false,
+		"3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6":    false,
+		"":                                       false,
+	} {
+		if got := ValidDiskUUID(s); got != want {
+			t.Errorf("ValidDiskUUID(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

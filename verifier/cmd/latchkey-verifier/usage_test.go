@@ -1,0 +1,60 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/latchkey/latchkey/verifier/exitcode"
+)
+
+// Every command's misuse exits exitcode.BadConfig (2) with a message
+// saying how to use it, before touching a socket, a secret or the
+// network.
+func TestUsageErrorsExitBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "no-admin.sock")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate"`},
+		{"serve unknown flag", []string{"serve", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"serve log level", []string{"serve", "--log-level", "loud"}, `--log-level "loud"`},
+		{"pin unknown flag", []string{"pin", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"policy alone", []string{"policy"}, "usage: latchkey-verifier policy"},
+		{"policy check no file", []string{"policy", "check"}, "usage: latchkey-verifier policy"},
+		{"policy check two files", []string{"policy", "check", "a", "b"}, "usage: latchkey-verifier policy"},
+		{"policy unknown", []string{"policy", "lint", "a"}, "usage: latchkey-verifier policy"},
+		{"policy predict no uki", []string{"policy", "predict"}, "usage: latchkey-verifier policy"},
+		{"tokens alone", []string{"tokens"}, "usage: latchkey-verifier tokens list | revoke ID"},
+		{"tokens unknown flag", []string{"tokens", "list", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"tokens revoke no id", []string{"tokens", "revoke", "--socket", sock}, "usage: latchkey-verifier tokens list | revoke ID"},
+		{"tokens list extra", []string{"tokens", "list", "--socket", sock, "x"}, "usage: latchkey-verifier tokens list | revoke ID"},
+		{"tokens unknown", []string{"tokens", "drop", "--socket", sock}, "usage: latchkey-verifier tokens list | revoke ID"},
+		{"bindings alone", []string{"bindings"}, bindingsUsage},
+		{"bindings extra", []string{"bindings", "list", "x"}, bindingsUsage},
+		{"bindings release nothing", []string{"bindings", "release"}, bindingsUsage},
+		{"bindings unknown", []string{"bindings", "drop"}, bindingsUsage},
+		{"collateral alone", []string{"collateral"}, "usage: latchkey-verifier collateral fetch"},
+		{"collateral unknown", []string{"collateral", "get"}, "usage: latchkey-verifier collateral fetch"},
+		{"collateral bad chip", []string{"collateral", "fetch", "--chip-id", "ab", "--tcb", "1"}, "--chip-id must be 128 hex digits"},
+		{"secret alone", []string{"secret"}, "usage: latchkey-verifier secret init FILE"},
+		{"secret init no file", []string{"secret", "init"}, "usage: latchkey-verifier secret init FILE"},
+		{"secret unknown", []string{"secret", "rotate"}, "usage: latchkey-verifier secret init FILE"},
+		{"secret id unknown flag", []string{"secret", "id", "--bogus"}, "flag provided but not defined: -bogus"},
+		{"recover-key nothing", []string{"recover-key"}, "usage: latchkey-verifier recover-key --disk-uuid UUID"},
+		{"recover-key upper-case uuid", []string{"recover-key", "--disk-uuid", "0F8FAD5B-D9CB-469F-A165-70867728950E", "--out", "-"},
+			"usage: latchkey-verifier recover-key --disk-uuid UUID"},
+		{"recover-key no out", []string{"recover-key", "--disk-uuid", "0f8fad5b-d9cb-469f-a165-70867728950e"},
+			"usage: latchkey-verifier recover-key --disk-uuid UUID"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errs := runCLI(t, tc.args...)
+			if code != exitcode.BadConfig || !strings.Contains(errs, tc.want) {
+				t.Fatalf("exit %d (%s), stderr %q; want %d and %q", code, exitcode.Name(code), errs, exitcode.BadConfig, tc.want)
+			}
+		})
+	}
+}
