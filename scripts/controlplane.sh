@@ -193,8 +193,12 @@ LATCHKEY_K8S_DIR=$dir
 EOF
 }
 
+# netns_exists: the namespace of this name exists (the exact name: a
+# word match would take latchkey-cp-ra for latchkey-cp).
+netns_exists() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qxF "$ns"; }
+
 healthy() {
-	[[ -f "$envfile" ]] && ip netns list | grep -qw "$ns" &&
+	[[ -f "$envfile" ]] && netns_exists &&
 		inns curl -sfk --max-time 2 "https://$addr:$port/readyz" >/dev/null 2>&1
 }
 
@@ -238,7 +242,7 @@ down() {
 		kill -9 "$pid" 2>/dev/null || true
 		rm -f "$f"
 	done
-	if ip netns list 2>/dev/null | grep -qw "$ns"; then
+	if netns_exists; then
 		# Anything still in the namespace was started inside it by us or a
 		# test (a kubeadm join, say).
 		for pid in $(ip netns pids "$ns"); do kill -9 "$pid" 2>/dev/null || true; done
