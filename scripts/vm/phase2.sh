@@ -349,20 +349,30 @@ check_refused() {
 # LATCHKEY_E2E_ARTIFACTS when set).
 # save_artifacts [SUBDIR VARIANT]: the same for another boot (into
 # artifacts/SUBDIR, with VARIANT's UKI).
+# save_b64 KEY FILE: the base64 value the guest printed after "E2E: KEY "
+# into FILE. The artefacts are for review, not assertions: a line the
+# kernel's own console output broke apart is reported and skipped.
+save_b64() {
+  local b64
+  b64=$(serial_value "$1 ")
+  [[ -n $b64 ]] || return 0
+  if ! base64 -d <<<"$b64" >"$2" 2>/dev/null; then
+    rm -f "$2"
+    log "artefact $1 was garbled on the serial console; not saved"
+  fi
+}
+
 save_artifacts() {
-  local sub=${1:-} variant=${2:-v1} dir=$RUN_DIR/artifacts${1:+/$1} b64
+  local sub=${1:-} variant=${2:-v1} dir=$RUN_DIR/artifacts${1:+/$1}
   mkdir -p "$dir"
-  b64=$(serial_value 'eventlog-b64 ')
-  if [[ -n $b64 ]]; then base64 -d <<<"$b64" >"$dir/binary_bios_measurements"; fi
-  b64=$(serial_value 'tpm2-measure-log-b64 ')
-  if [[ -n $b64 ]]; then base64 -d <<<"$b64" >"$dir/tpm2-measure.log"; fi
+  save_b64 eventlog-b64 "$dir/binary_bios_measurements"
+  save_b64 tpm2-measure-log-b64 "$dir/tpm2-measure.log"
   tr -d '\r' <"$BOOT_SERIAL" | grep -oE 'E2E: pcr [0-9]+ sha256 [0-9A-Fa-f]+' | sed 's/^E2E: pcr //' | tr 'A-F' 'a-f' >"$dir/pcrs-sha256.txt"
   cp "$MEASURED/$variant/uki.efi" "$dir/uki.efi"
   cp "$MEASURED/$variant/cmdline" "$dir/cmdline"
   printf '%s' "$(serial_value 'cmdline ')" >"$dir/proc-cmdline"
   cp "$MEASURED/$variant/pcrs.yaml" "$MEASURED/$variant/layout.env" "$dir/"
-  b64=$(serial_value 'measure-b64 ')
-  if [[ -n $b64 ]]; then base64 -d <<<"$b64" >"$dir/latchkey-agent-measure.yaml"; fi
+  save_b64 measure-b64 "$dir/latchkey-agent-measure.yaml"
   if [[ -n ${LATCHKEY_E2E_ARTIFACTS:-} ]]; then
     mkdir -p "$LATCHKEY_E2E_ARTIFACTS${sub:+/$sub}"
     cp -r "$dir/." "$LATCHKEY_E2E_ARTIFACTS${sub:+/$sub}/"
