@@ -142,6 +142,9 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 		d := attest.EvidenceDigest(hello.GetEvidence())
 		out.digest = "sha256:" + hex.EncodeToString(d[:])
 	}
+	if hello.GetPurpose() == latchkeyv1.Purpose_PURPOSE_REATTEST {
+		return s.reattest(ctx, stream, snap, hello, out)
+	}
 	v, err := s.validate(ctx, stream, snap, hello, out)
 	if err != nil {
 		return err

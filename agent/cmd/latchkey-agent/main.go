@@ -25,7 +25,9 @@ import (
 	"github.com/latchkey/latchkey/agent/app"
 	bootpkg "github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
+	"github.com/latchkey/latchkey/agent/disk"
 	"github.com/latchkey/latchkey/agent/exitcode"
+	"github.com/latchkey/latchkey/agent/reattest"
 	"github.com/latchkey/latchkey/internal/cli"
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/logging"
@@ -66,6 +68,8 @@ type flags struct {
 	configPath                                   string
 	verifiers, pins, verifierName                string
 	insecure, dryRun, noJoin, kubeadmDry         bool
+	noReattest                                   bool
+	reattestInterval                             time.Duration
 	kubeadm, ignorePreflight, wipe               string
 	nodeName, role, variant, tpmDevice, diskMode string
 	diskDevice, diskUUID, cmdlinePath, logLevel  string
@@ -91,6 +95,8 @@ func (f *flags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.kubeadm, "kubeadm", "", "the kubeadm binary (default: kubeadm on $PATH)")
 	fs.StringVar(&f.ignorePreflight, "ignore-preflight-errors", "", "kubeadm preflight checks to ignore, comma-separated")
 	fs.BoolVar(&f.noJoin, "no-join", false, "do not join Kubernetes (disk-only machines)")
+	fs.BoolVar(&f.noReattest, "no-reattest", false, "exit after the boot instead of re-attesting (reattest.disabled)")
+	fs.DurationVar(&f.reattestInterval, "reattest-interval", 0, "re-attest this often after the boot (default 10m, jittered ±10%)")
 	fs.StringVar(&f.cmdlinePath, "kernel-cmdline", "/proc/cmdline", "kernel command line to read latchkey.* from")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.timeout, "timeout", 0, "give up getting a ticket after this long (default 10m)")
@@ -139,6 +145,10 @@ func (f *flags) apply(c *config.Config) {
 	override(&c.Disk.Mode, f.diskMode)
 	override(&c.Disk.Device, f.diskDevice)
 	override(&c.Disk.UUID, f.diskUUID)
+	c.Reattest.Disabled = c.Reattest.Disabled || f.noReattest
+	if f.reattestInterval != 0 { // below 1s is refused by Validate
+		c.Reattest.Interval.Duration = f.reattestInterval
+	}
 	if f.timeout != 0 { // a negative value is refused by Validate
 		c.Timeout.Duration = f.timeout
 	}
@@ -181,7 +191,8 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 	state := app.NewState(cfg.NodeName, nil)
 	stopAPI := serveStatus(cfg.StatusSocket, state, log)
 	defer stopAPI()
-	b, closeFn, err := app.Build(cfg, app.Deps{Logger: log, Stdout: stdout,
+	var plan disk.Plan
+	a, err := app.BuildAgent(cfg, app.Deps{Logger: log, Stdout: stdout,
 		OnProgress: func(p bootpkg.Progress, line string) {
 			state.Progress(p, line)
 			_ = notify.Status(line)
@@ -190,7 +201,7 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 				_ = notify.ReadyStatus("state disk open")
 			}
 		},
-		OnPlan: state.Plan,
+		OnPlan: func(p disk.Plan) { plan = p; state.Plan(p) },
 		OnAttempt: func(ep string, n int) {
 			line := fmt.Sprintf("attesting to %s (attempt %d)", ep, n)
 			state.Attempt(ep, n, line)
@@ -203,8 +214,8 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 		state.Failed(err, exitcode.BadConfig)
 		return exitcode.BadConfig
 	}
-	defer closeFn()
-	err = b.Run(ctx)
+	defer a.Close()
+	err = a.Boot.Run(ctx)
 	code := app.ExitCode(err)
 	if code == exitcode.Stopped {
 		log.Info("stopped before the boot finished", "error", err.Error())
@@ -220,6 +231,24 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 	}
 	_ = notify.ReadyStatus("node ready")
 	log.Info("boot complete", "node", cfg.NodeName)
+	return keepAttesting(ctx, a, plan, notify, log)
+}
+
+// keepAttesting runs the re-attestation loop until SIGTERM; a loop that
+// cannot be built is logged and the agent exits 0 (the boot succeeded).
+func keepAttesting(ctx context.Context, a *app.Agent, plan disk.Plan, notify *sdnotify.Notifier, log *slog.Logger) int {
+	loop, err := a.Reattest(plan, func(n int, r reattest.Result, _ error) {
+		_ = notify.Status(fmt.Sprintf("node ready; re-attestation %d: %s", n, r))
+	})
+	if err != nil || loop == nil {
+		if err != nil {
+			log.Error("cannot re-attest", "error", err.Error())
+		}
+		return exitcode.OK
+	}
+	_ = notify.Status("node ready; re-attesting")
+	_ = loop.Run(ctx)
+	log.Info("stopped re-attesting")
 	return exitcode.OK
 }
 
