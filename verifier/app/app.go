@@ -232,6 +232,7 @@ func (v *Verifier) Serve(ctx context.Context) error {
 	if v.kube != nil {
 		go runApprover(ctx, v.kube, v.bindings, v.cfg.Kubernetes, v.deps.Logger)
 		go runReaper(ctx, v.kube, v.Minter, v.metrics, v.deps.Logger)
+		go v.runReattest(ctx)
 	}
 	stopAdmin := v.serveAdmin()
 	defer stopAdmin()

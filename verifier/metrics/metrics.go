@@ -61,6 +61,8 @@ type Metrics struct {
 	policy     *prometheus.GaugeVec
 	secret     *prometheus.GaugeVec
 	connsOver  *prometheus.CounterVec
+	// reattest holds the re-attestation gauges (reattest.go).
+	reattest *prometheus.GaugeVec
 }
 
 // New creates the metrics, with the Go runtime and process collectors
@@ -102,6 +104,8 @@ func New() *Metrics {
 			Help: "Join-port connections closed at accept because a limit was reached, by limit (total, per_source).",
 		}, []string{"limit"}),
 	}
+	m.reattest = newReattestNodes()
+	m.reg.MustRegister(m.reattest)
 	m.reg.MustRegister(m.joins, m.validation, m.minted, m.revoked, m.reloads, m.policy, m.secret, m.connsOver,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
