@@ -1,6 +1,8 @@
 package app
 
 import (
+	"time"
+
 	"github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
 	"github.com/latchkey/latchkey/agent/disk"
@@ -44,8 +46,13 @@ func (a *Agent) Reattest(plan disk.Plan, onRound func(int, reattest.Result, erro
 		return nil, err
 	}
 	return reattest.New(reattest.Config{NodeName: a.cfg.NodeName, DiskUUID: plan.UUID, Role: role(a.cfg.Role),
-		Tickets: tickets, Interval: interval, RoundTimeout: round, Logger: a.deps.Logger, OnRound: onRound})
+		// The ticket client's own timeout ends a round first, so its
+		// error keeps the refusal (a cut-short parent would hide it).
+		Tickets: tickets, Interval: interval, RoundTimeout: round + roundGrace, Logger: a.deps.Logger, OnRound: onRound})
 }
+
+// roundGrace is how much longer a round may run than its ticket client.
+const roundGrace = 5 * time.Second
 
 // reattestRoundMax bounds one re-attestation round.
 const reattestRoundMax = reattest.MaxRoundTimeout

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"time"
 
@@ -38,7 +39,7 @@ func (v *Verifier) runReattest(ctx context.Context) {
 	}
 	host, _ := os.Hostname()
 	c, err := reattest.New(reattest.Config{Client: v.kube, Statuses: leases,
-		Namespace: v.cfg.Kubernetes.BindingNamespace, Identity: fmt.Sprintf("%s_%d", host, os.Getpid()),
+		Namespace: v.cfg.Kubernetes.BindingNamespace, Identity: fmt.Sprintf("%s_%d_%08x", host, os.Getpid(), rand.Uint32()),
 		Deadline: v.cfg.Reattest.Deadline.Duration, Effect: v.cfg.Reattest.Effect, Resync: v.cfg.Reattest.Resync.Duration,
 		Metrics: v.metrics, Logger: v.deps.Logger})
 	if err != nil {

@@ -214,6 +214,16 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if sts == nil && listErr != nil {
 		return listErr
 	}
+	// One list per pass, served from the API server's watch cache
+	// (resourceVersion 0), instead of a read per node.
+	nl, err := c.cfg.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return errors.Join(fmt.Errorf("list nodes: %w", err), listErr)
+	}
+	nodes := make(map[string]*corev1.Node, len(nl.Items))
+	for i := range nl.Items {
+		nodes[nl.Items[i].Name] = &nl.Items[i]
+	}
 	now := c.cfg.Now()
 	var counts [3]int
 	var errs []error
@@ -233,7 +243,11 @@ func (c *Controller) Pass(ctx context.Context) error {
 			}
 			continue
 		}
-		if err := c.reconcile(ctx, st.Node, state, reason); err != nil {
+		n, ok := nodes[st.Node]
+		if !ok {
+			continue // joined through latchkey but not (or no longer) registered
+		}
+		if err := c.reconcile(ctx, n, state, reason); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -246,15 +260,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 // reconcile makes one Node's taint match its state, with a merge patch
 // conditioned on the Node's resourceVersion (a concurrent change to its
 // taints, by kubelet's node controller or an operator, is re-read on the
-// next pass instead of overwritten).
-func (c *Controller) reconcile(ctx context.Context, node string, state State, reason string) error {
-	n, err := c.cfg.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil // joined through latchkey but not (or no longer) registered
-	}
-	if err != nil {
-		return fmt.Errorf("get node %s: %w", node, err)
-	}
+// next pass instead of overwritten, as is a list that lagged behind).
+func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, state State, reason string) error {
+	node := n.Name
 	want := state != Attested
 	var taints []corev1.Taint
 	has := false
