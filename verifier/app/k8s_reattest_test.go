@@ -188,11 +188,12 @@ func TestK8sReattestTaints(t *testing.T) {
 
 	// 4. One replica at a time: each transition (refused, removed, stale)
 	// was made exactly once across both.
+	// Count this node's lines only (other tests' nodes share the cluster).
 	all := logs()
-	if n := strings.Count(all, "node tainted unattested"); n != 2 {
+	if n := strings.Count(all, `msg="node tainted unattested" component=reattest node=`+node+" "); n != 2 {
 		t.Fatalf("%d taint writes, want 2 (refused, stale)\n%s", n, all)
 	}
-	if n := strings.Count(all, "taint removed"); n != 1 {
+	if n := strings.Count(all, `taint removed" component=reattest node=`+node+"\n"); n != 1 {
 		t.Fatalf("%d taint removals, want 1\n%s", n, all)
 	}
 	el, err := admin.CoordinationV1().Leases(binding.DefaultNamespace).Get(context.Background(), vreattest.DefaultLeaseName, metav1.GetOptions{})
