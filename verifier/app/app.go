@@ -57,6 +57,8 @@ type Verifier struct {
 	deps   Deps
 	keys   *keys.Deriver
 	store  *policy.Store
+	// next is the candidate policy (policyNext; shadow.go); nil without.
+	next *policy.Store
 	grpc   *grpc.Server
 	health *health.Server
 	// Minter is the token step in use (nil in disk-only mode).
@@ -165,6 +167,9 @@ func (v *Verifier) loadPolicy() error {
 	if err != nil {
 		return err
 	}
+	if err := v.loadPolicyNext(); err != nil {
+		return err
+	}
 	v.metrics.PolicyLoaded(v.store.Current().Digest)
 	v.deps.Logger.Info("policy loaded", "path", v.cfg.Policy, "policy", v.store.Current().Digest)
 	return nil
@@ -177,7 +182,8 @@ func (v *Verifier) buildServer() error {
 	}
 	svc, err := service.New(service.Config{Policy: v.store, Keys: v.keys, Minter: v.Minter,
 		Bindings: v.bindings, AdoptUnbound: v.cfg.Identity.AdoptUnbound,
-		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics})
+		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics,
+		PolicyNext: v.policyNext()})
 	if err != nil {
 		return err
 	}
@@ -228,6 +234,9 @@ func (v *Verifier) Serve(ctx context.Context) error {
 		return err
 	}
 	go v.store.Run(ctx)
+	if v.next != nil {
+		go v.next.Run(ctx)
+	}
 	go v.serveMetrics(ctx)
 	if v.kube != nil {
 		go runApprover(ctx, v.kube, v.bindings, v.cfg.Kubernetes, v.deps.Logger)

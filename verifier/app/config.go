@@ -36,6 +36,11 @@ type Config struct {
 	TLSKey  string `json:"tlsKey,omitempty"`
 	// Policy is the reference policy file (hot-reloaded).
 	Policy string `json:"policy"`
+	// PolicyNext is a candidate policy file, evaluated next to the
+	// enforced one on every join and re-attestation for the audit line
+	// (shadow_decision, shadow_reason) and a metric only; never enforced.
+	// Hot-reloaded like policy. Empty evaluates none.
+	PolicyNext string `json:"policyNext,omitempty"`
 	// MasterSecretFile holds the master secret (default: the systemd
 	// credential latchkey-master-secret in $CREDENTIALS_DIRECTORY).
 	MasterSecretFile string `json:"masterSecretFile,omitempty"`

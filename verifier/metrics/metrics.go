@@ -63,6 +63,8 @@ type Metrics struct {
 	connsOver  *prometheus.CounterVec
 	// reattest holds the re-attestation gauges (reattest.go).
 	reattest *prometheus.GaugeVec
+	// shadow counts the candidate policy's decisions (shadow.go).
+	shadow *prometheus.CounterVec
 }
 
 // New creates the metrics, with the Go runtime and process collectors
@@ -105,7 +107,8 @@ func New() *Metrics {
 		}, []string{"limit"}),
 	}
 	m.reattest = newReattestNodes()
-	m.reg.MustRegister(m.reattest)
+	m.shadow = newShadowDecisions()
+	m.reg.MustRegister(m.reattest, m.shadow)
 	m.reg.MustRegister(m.joins, m.validation, m.minted, m.revoked, m.reloads, m.policy, m.secret, m.connsOver,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

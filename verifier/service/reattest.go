@@ -52,6 +52,7 @@ func (s *Service) reattest(ctx context.Context, stream latchkeyv1.JoinService_Jo
 		return err
 	}
 	out.verified = v
+	s.evalShadow(hello.GetVariant(), v, out)
 	if err := s.checkBound(ctx, hello, v, out); err != nil {
 		return err
 	}

@@ -65,6 +65,10 @@ type Config struct {
 	RevokeTimeout time.Duration
 	// Metrics records joins and tokens; nil records nothing.
 	Metrics *metrics.Metrics
+	// PolicyNext is the candidate policy (`policyNext`), evaluated next to
+	// the enforced one for the audit line and a metric only (shadow.go);
+	// nil evaluates none.
+	PolicyNext policy.Source
 }
 
 // Service implements latchkeyv1.JoinServiceServer.
@@ -116,6 +120,9 @@ type outcome struct {
 	boundIdentity string
 	// adopted names the kinds of record this rejoin adopted.
 	adopted []string
+	// shadowDecision, shadowReason and shadowPolicy: the candidate
+	// policy's verdict (shadow.go); empty without one.
+	shadowDecision, shadowReason, shadowPolicy string
 }
 
 // Join runs one join attempt on the stream.
@@ -150,6 +157,7 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 		return err
 	}
 	out.verified = v
+	s.evalShadow(hello.GetVariant(), v, out)
 	if err := checkRole(snap, hello); err != nil {
 		return err
 	}

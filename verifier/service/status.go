@@ -99,6 +99,7 @@ func (s *Service) audit(ctx context.Context, snap *policy.Snapshot, out *outcome
 	if out.tokenID != "" {
 		attrs = append(attrs, "token_id", out.tokenID)
 	}
+	attrs = append(attrs, shadowAttrs(out)...)
 	if err != nil {
 		attrs = append(attrs, "error", err.Error())
 	}
