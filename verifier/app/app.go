@@ -53,12 +53,11 @@ var ErrConfig = errors.New("bad configuration")
 
 // Verifier is an assembled, not yet serving verifier.
 type Verifier struct {
-	cfg   *Config
-	deps  Deps
-	keys  *keys.Deriver
-	store *policy.Store
-	// next is the candidate policy (policyNext; shadow.go); nil without.
-	next   *policy.Store
+	cfg    *Config
+	deps   Deps
+	keys   *keys.Deriver
+	store  *policy.Store
+	next   *policy.Store // the candidate policy (policyNext, shadow.go); nil without
 	grpc   *grpc.Server
 	health *health.Server
 	// Minter is the token step in use (nil in disk-only mode).
