@@ -20,6 +20,7 @@ import (
 	"github.com/latchkey/latchkey/agent/reattest"
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/app"
@@ -87,10 +88,20 @@ func TestK8sReattestTaints(t *testing.T) {
 	pol := tpmPolicy(t, sim)
 	pol["apiVersion"] = "latchkey/v1"
 	writeYAML(t, filepath.Join(dir, "policy.yaml"), pol)
+	// The candidate policy (policyNext) would refuse this node: PCR 14
+	// holds another value there.
+	tp := pol["tpm"].(tpm.Policy)
+	nextPCRs := map[int][]string{}
+	for k, v := range tp.PCRs {
+		nextPCRs[k] = v
+	}
+	nextPCRs[14] = []string{strings.Repeat("ab", 32)}
+	writeYAML(t, filepath.Join(dir, "next.yaml"), map[string]any{"apiVersion": "latchkey/v1",
+		"tpm": tpm.Policy{PCRs: nextPCRs, EKCARoots: tp.EKCARoots}})
 	os.WriteFile(filepath.Join(dir, "master"), make([]byte, 32), 0o600)
 	const deadline = 8 * time.Second
 	mk := func(name string) (*app.Config, *rig) {
-		cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
+		cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), PolicyNext: filepath.Join(dir, "next.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
 			ClusterSalt: "k8s-reattest", StateDir: filepath.Join(dir, "state-"+name), AdminSocket: "-",
 			Kubernetes: &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]},
 			Reattest:   app.Reattest{Deadline: app.Duration{Duration: deadline}, Resync: app.Duration{Duration: 300 * time.Millisecond}}}
@@ -110,7 +121,9 @@ func TestK8sReattestTaints(t *testing.T) {
 	t.Cleanup(func() { admin.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
 	iss := tpmIssuer(t, sim)
 	idr := &idRig{rig: a}
-	idr.join(t, iss, req(node, disk, false, false))
+	if tk := idr.join(t, iss, req(node, disk, false, false)); len(tk.DiskKey) != 32 || tk.Token == "" {
+		t.Fatal("the join under the enforced policy got no key or token")
+	}
 
 	tickets, err := ticket.New(ticket.Config{Endpoints: []string{a.addr}, Pins: []atls.Pin{a.pin}, Issuer: iss,
 		Timeout: 5 * time.Second, RefusalBackoff: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -155,6 +168,11 @@ func TestK8sReattestTaints(t *testing.T) {
 	l, err := admin.CoordinationV1().Leases(binding.DefaultNamespace).Get(context.Background(), "node-"+node, metav1.GetOptions{})
 	if err != nil || l.Annotations[binding.AnnotationDecision] != "attested" || !strings.HasPrefix(l.Annotations[binding.AnnotationEvidenceDigest], "sha256:") {
 		t.Fatalf("node lease %v: %v", l.GetAnnotations(), err)
+	}
+	// The shadow policy's would-be refusal is recorded; the node keeps its
+	// key (above) and stays untainted (held above).
+	if l.Annotations[binding.AnnotationShadowDecision] != "refused" || l.Annotations[binding.AnnotationShadowReason] != "PCR_MISMATCH" {
+		t.Fatalf("shadow on the node lease: %v", l.Annotations)
 	}
 
 	// 2. A PCR changes after boot: refused, tainted within an interval.

@@ -3,6 +3,8 @@ package app
 import (
 	"fmt"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/latchkey/latchkey/verifier/policy"
 )
 
@@ -30,4 +32,14 @@ func (v *Verifier) policyNext() policy.Source {
 		return nil
 	}
 	return v.next
+}
+
+// KubeClient is the verifier's Kubernetes client for cfg (the
+// kubeconfig, or the systemd credential), for commands that read what the
+// running verifiers recorded (policy diff).
+func KubeClient(cfg *Config) (kubernetes.Interface, error) {
+	if cfg.Kubernetes == nil {
+		return nil, fmt.Errorf("no kubernetes section: node records exist only in Kubernetes mode")
+	}
+	return kubeClient(cfg.Kubernetes.Kubeconfig)
 }

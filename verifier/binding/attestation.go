@@ -28,6 +28,12 @@ const (
 	// AnnotationReason is the refusal reason (a latchkey.v1.Reason name),
 	// "NONE" when attested.
 	AnnotationReason = "latchkey.io/reason"
+	// AnnotationShadowDecision and AnnotationShadowReason are the
+	// candidate policy's (policyNext) verdict on the same evidence:
+	// accepted, refused or unknown, and its reason; absent without a
+	// candidate. `latchkey-verifier policy diff` lists them.
+	AnnotationShadowDecision = "latchkey.io/shadow-decision"
+	AnnotationShadowReason   = "latchkey.io/shadow-reason"
 )
 
 // Decisions a re-attestation records.
@@ -48,6 +54,9 @@ type Attestation struct {
 	Decision string
 	// Reason is a latchkey.v1.Reason name ("NONE" when attested).
 	Reason string
+	// ShadowDecision and ShadowReason are the candidate policy's verdict
+	// ("" without a candidate).
+	ShadowDecision, ShadowReason string
 }
 
 // NodeStatus is what the taint controller reads from a node Lease.
@@ -81,10 +90,18 @@ func validAttestation(a Attestation) error {
 		return fmt.Errorf("%w: decision %.32q", ErrInvalid, a.Decision)
 	case !strings.HasPrefix(a.EvidenceDigest, "sha256:") || len(a.EvidenceDigest) != len("sha256:")+64:
 		return fmt.Errorf("%w: evidence digest %.80q", ErrInvalid, a.EvidenceDigest)
-	case a.Reason == "" || len(a.Reason) > maxReasonLen || strings.ContainsAny(a.Reason, " \n\r\x00"):
+	case !validReason(a.Reason):
 		return fmt.Errorf("%w: reason %.80q", ErrInvalid, a.Reason)
+	case a.ShadowDecision == "" && a.ShadowReason != "":
+		return fmt.Errorf("%w: shadow reason without a shadow decision", ErrInvalid)
+	case a.ShadowDecision != "" && (!validReason(a.ShadowReason) || len(a.ShadowDecision) > 16 || strings.ContainsAny(a.ShadowDecision, " \n\r\x00")):
+		return fmt.Errorf("%w: shadow decision %.32q reason %.80q", ErrInvalid, a.ShadowDecision, a.ShadowReason)
 	}
 	return nil
+}
+
+func validReason(r string) bool {
+	return r != "" && len(r) <= maxReasonLen && !strings.ContainsAny(r, " \n\r\x00")
 }
 
 // RecordAttestation implements AttestationRecorder: one optimistic update
@@ -121,6 +138,13 @@ func (l *Leases) RecordAttestation(ctx context.Context, node, identity string, a
 		lease.Annotations[AnnotationEvidenceDigest] = a.EvidenceDigest
 		lease.Annotations[AnnotationDecision] = a.Decision
 		lease.Annotations[AnnotationReason] = a.Reason
+		if a.ShadowDecision != "" {
+			lease.Annotations[AnnotationShadowDecision] = a.ShadowDecision
+			lease.Annotations[AnnotationShadowReason] = a.ShadowReason
+		} else {
+			delete(lease.Annotations, AnnotationShadowDecision)
+			delete(lease.Annotations, AnnotationShadowReason)
+		}
 		renew := metav1.NewMicroTime(a.Time)
 		lease.Spec.RenewTime = &renew
 		if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
@@ -173,7 +197,8 @@ func nodeStatus(lease *coordinationv1.Lease) (NodeStatus, error) {
 			return NodeStatus{}, fmt.Errorf("binding: lease %s/%s: attested-at %.40q: %w", lease.Namespace, lease.Name, at, err)
 		}
 		a := Attestation{Time: t, EvidenceDigest: lease.Annotations[AnnotationEvidenceDigest],
-			Decision: lease.Annotations[AnnotationDecision], Reason: lease.Annotations[AnnotationReason]}
+			Decision: lease.Annotations[AnnotationDecision], Reason: lease.Annotations[AnnotationReason],
+			ShadowDecision: lease.Annotations[AnnotationShadowDecision], ShadowReason: lease.Annotations[AnnotationShadowReason]}
 		if err := validAttestation(a); err != nil {
 			return NodeStatus{}, fmt.Errorf("binding: lease %s/%s: %w", lease.Namespace, lease.Name, err)
 		}

@@ -139,7 +139,8 @@ func (s *Service) recordAttestation(ctx context.Context, hello *latchkeyv1.Hello
 	if !ok || s.cfg.Minter == nil {
 		return nil
 	}
-	a := binding.Attestation{Time: s.cfg.Now(), EvidenceDigest: out.digest, Decision: binding.DecisionAttested, Reason: "NONE"}
+	a := binding.Attestation{Time: s.cfg.Now(), EvidenceDigest: out.digest, Decision: binding.DecisionAttested, Reason: "NONE",
+		ShadowDecision: out.shadowDecision, ShadowReason: out.shadowReason}
 	if policyErr != nil {
 		a.Decision, a.Reason = binding.DecisionRefused, attest.ReasonOf(policyErr).String()
 	}
