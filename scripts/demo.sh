@@ -89,7 +89,7 @@ step "verifier on 127.0.0.1:$port, pin $pin"
 agent() {
   "$bin/latchkey-agent" run "${pcrs_flag[@]}" --verifier "127.0.0.1:$port" --pin "$pin" \
     --node-name demo-node --disk-mode key-only --disk-uuid 6c0e2f5a-4b1d-4e8f-9a3c-2d7b5e1f0a94 \
-    --no-join --timeout "${1:-60s}" 2>&1
+    --no-join --no-reattest --timeout "${1:-60s}" 2>&1
 }
 show() { grep -E "$1" | sed -E 's/^time=[^ ]+ //; s/^/   agent: /'; }
 
@@ -155,7 +155,7 @@ say "join: attest, get a bootstrap token, kubeadm join --dry-run against the rea
 set +e
 inns "$bin/latchkey-agent" run "${node_tpm[@]}" --verifier 127.0.0.1:7443 --pin "$pin2" --node-name demo-node-1 \
   --disk-mode key-only --disk-uuid 2f1d0c9e-8b7a-4c6d-9e5f-1a2b3c4d5e6f --kubeadm "$kubeadm_bin" \
-  --kubeadm-dry-run --ignore-preflight-errors all --timeout 60s >"$work/agent3.log" 2>&1
+  --kubeadm-dry-run --ignore-preflight-errors all --no-reattest --timeout 60s >"$work/agent3.log" 2>&1
 code=$?
 set -e
 show 'state disk open|msg="running kubeadm join"|kubeadm join succeeded|boot complete|failed' <"$work/agent3.log"

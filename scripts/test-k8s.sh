@@ -14,7 +14,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
-pkgs=(./verifier/token/ ./verifier/csr/ ./agent/join/ ./verifier/app/ ./verifier/binding/)
+pkgs=(./verifier/token/ ./verifier/csr/ ./agent/join/ ./verifier/app/ ./verifier/binding/ ./verifier/reattest/)
 
 [[ $EUID -eq 0 ]] || die "run as root"
 if [[ "${LATCHKEY_K8S_KEEP:-0}" != 1 ]]; then

@@ -42,12 +42,22 @@ type Deps struct {
 // Build assembles a boot from a validated config. The returned close
 // releases the evidence device.
 func Build(cfg *config.Config, deps Deps) (b *boot.Boot, closeFn func(), err error) {
+	a, err := BuildAgent(cfg, deps)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a.Boot, a.Close, nil
+}
+
+// BuildAgent assembles the boot and what the agent runs after it
+// (Agent.Reattest) from a validated config.
+func BuildAgent(cfg *config.Config, deps Deps) (a *Agent, err error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
 	issuer, err := NewIssuer(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -56,22 +66,22 @@ func Build(cfg *config.Config, deps Deps) (b *boot.Boot, closeFn func(), err err
 	}()
 	tickets, err := newTickets(cfg, issuer, deps)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	d, err := newDisk(cfg, deps.Logger)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	joiner, err := newJoiner(cfg, deps)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	b, err = boot.New(boot.Config{NodeName: cfg.NodeName, Role: role(cfg.Role), Disk: d, Tickets: tickets,
+	b, err := boot.New(boot.Config{NodeName: cfg.NodeName, Role: role(cfg.Role), Disk: d, Tickets: tickets,
 		Joiner: joiner, JoinAttempts: joinAttempts(cfg), Logger: deps.Logger, OnProgress: deps.OnProgress, OnPlan: deps.OnPlan})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return b, func() { issuer.Close() }, nil
+	return &Agent{Boot: b, cfg: cfg, deps: deps, issuer: issuer, Close: func() { issuer.Close() }}, nil
 }
 
 // NewIssuer picks the evidence variant: the configured one, or with

@@ -60,6 +60,8 @@ type Config struct {
 	Join    Join      `json:"join,omitempty"`
 	// Timeout bounds the whole ticket stage (default 10m).
 	Timeout Duration `json:"timeout,omitempty"`
+	// Reattest configures re-attestation after the boot.
+	Reattest Reattest `json:"reattest,omitempty"`
 	// StatusSocket is the local admin API socket (default
 	// /run/latchkey/agent/admin.sock; "-" disables it).
 	StatusSocket string `json:"statusSocket,omitempty"`
@@ -168,6 +170,19 @@ type Join struct {
 	DiscoveryTimeout Duration `json:"discoveryTimeout,omitempty"`
 }
 
+// Reattest configures the agent's re-attestation after the boot: the
+// agent stays running and proves the machine again every interval, so the
+// verifier can taint a node whose measurements changed or that went
+// silent.
+type Reattest struct {
+	// Interval between re-attestations (default 10m, jittered ±10%;
+	// at least 1s).
+	Interval Duration `json:"interval,omitempty"`
+	// Disabled turns re-attestation off: the agent exits after the boot
+	// (and a verifier that enforces reattest.deadline taints the node).
+	Disabled bool `json:"disabled,omitempty"`
+}
+
 // Duration is a time.Duration written as "30s" in YAML.
 type Duration = duration.Duration
 
@@ -227,6 +242,9 @@ func (c *Config) defaults() error {
 	setDefault(&c.Disk.Mode, "luks")
 	setDefault(&c.StatusSocket, localapi.AgentSocket)
 	setDefault(&c.StatusFile, DefaultStatusFile)
+	if c.Reattest.Interval.Duration == 0 {
+		c.Reattest.Interval.Duration = 10 * time.Minute
+	}
 	if c.Timeout.Duration == 0 {
 		c.Timeout.Duration = 10 * time.Minute
 	}

@@ -25,11 +25,11 @@ type Flags struct {
 	CmdlinePath string
 
 	Verifiers, Pins, VerifierName                            string
-	Insecure, DryRun, NoJoin, KubeadmDryRun                  bool
+	Insecure, DryRun, NoJoin, KubeadmDryRun, NoReattest      bool
 	Kubeadm, IgnorePreflight, Wipe                           string
 	NodeName, Role, Variant, TPMDevice, DiskMode, DiskDevice string
 	DiskUUID, StatusFile                                     string
-	Timeout                                                  time.Duration
+	Timeout, ReattestInterval                                time.Duration
 }
 
 // configFlag is --config: setting it makes the path explicit.
@@ -68,6 +68,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Kubeadm, "kubeadm", "", "the kubeadm binary (default: kubeadm on $PATH)")
 	fs.StringVar(&f.IgnorePreflight, "ignore-preflight-errors", "", "kubeadm preflight checks to ignore, comma-separated")
 	fs.BoolVar(&f.NoJoin, "no-join", false, "do not join Kubernetes (disk-only machines)")
+	fs.BoolVar(&f.NoReattest, "no-reattest", false, "exit after the boot instead of re-attesting (reattest.disabled)")
+	fs.DurationVar(&f.ReattestInterval, "reattest-interval", 0, "re-attest this often after the boot (default 10m, jittered ±10%)")
 	fs.StringVar(&f.CmdlinePath, "kernel-cmdline", "/proc/cmdline", "kernel command line to read latchkey.* from")
 	fs.DurationVar(&f.Timeout, "timeout", 0, "give up getting a ticket after this long (default 10m)")
 	fs.StringVar(&f.StatusFile, "status-file", "", "where to leave the last result for `latchkey-agent status` (default "+DefaultStatusFile+"; - keeps none)")
@@ -118,5 +120,9 @@ func (f *Flags) Apply(c *Config) {
 	cli.Override(&c.StatusFile, f.StatusFile)
 	if f.Timeout != 0 { // a negative value is refused by Validate
 		c.Timeout.Duration = f.Timeout
+	}
+	c.Reattest.Disabled = c.Reattest.Disabled || f.NoReattest
+	if f.ReattestInterval != 0 { // below 1s is refused by Validate
+		c.Reattest.Interval.Duration = f.ReattestInterval
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/latchkey/latchkey/protocol"
 )
@@ -38,6 +39,9 @@ func (c *Config) validateLocal() error {
 	}
 	if c.Timeout.Duration < 0 {
 		return fmt.Errorf("timeout %s is negative: give a positive duration such as 10m (timeout:, --timeout)", c.Timeout.Duration)
+	}
+	if d := c.Reattest.Interval.Duration; d < time.Second && !c.Reattest.Disabled {
+		return fmt.Errorf("reattest.interval %s is below 1s (to turn re-attestation off, set reattest.disabled: true)", d)
 	}
 	if c.Disk.WaitTimeout.Duration < 0 {
 		return fmt.Errorf("disk.waitTimeout %s is negative", c.Disk.WaitTimeout.Duration)

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
@@ -106,6 +107,9 @@ func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_Joi
 		NodeName: req.NodeName, DiskUuid: req.DiskUUID, Role: req.Role,
 		Rejoin: req.Rejoin, RequestToken: req.RequestToken, Variant: c.cfg.Issuer.Variant(),
 	}
+	if req.Reattest {
+		hello.Purpose = latchkeyv1.Purpose_PURPOSE_REATTEST
+	}
 	// The verifier's pin was checked during this session's handshake, so
 	// no evidence is made for an unauthenticated verifier.
 	binding, err := atls.PeerBinding(stream.Context(), hello)
@@ -121,7 +125,7 @@ func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_Joi
 	if err := stream.Send(&latchkeyv1.AgentMessage{Msg: &latchkeyv1.AgentMessage_Hello{Hello: hello}}); err != nil {
 		return nil, recvErr(stream, err)
 	}
-	t, err := receiveTicket(ctx, stream, att)
+	t, err := receiveTicket(ctx, stream, att, req.Reattest)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +174,7 @@ const (
 	logKeyTokenID        = "token_id"
 )
 
-func receiveTicket(ctx context.Context, stream latchkeyv1.JoinService_JoinClient, att attest.Attestation) (*latchkeyv1.Ticket, error) {
+func receiveTicket(ctx context.Context, stream latchkeyv1.JoinService_JoinClient, att attest.Attestation, reattest bool) (*latchkeyv1.Ticket, error) {
 	for {
 		m, err := stream.Recv()
 		if err != nil {
@@ -182,6 +186,16 @@ func receiveTicket(ctx context.Context, stream latchkeyv1.JoinService_JoinClient
 				return nil, err
 			}
 		case *latchkeyv1.VerifierMessage_Ticket:
+			if reattest {
+				// A re-attestation asks for nothing: a ticket carrying a
+				// key or token means a verifier that does not honour the
+				// purpose; drop it rather than hold secrets nobody needs.
+				if !proto.Equal(msg.Ticket, &latchkeyv1.Ticket{}) {
+					clear(msg.Ticket.GetDiskKey())
+					return nil, errors.New("the verifier answered a re-attestation with a non-empty ticket")
+				}
+				return msg.Ticket, nil
+			}
 			if n := len(msg.Ticket.GetDiskKey()); n != diskKeySize {
 				return nil, fmt.Errorf("ticket disk key is %d bytes, want %d", n, diskKeySize)
 			}

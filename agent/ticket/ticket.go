@@ -32,6 +32,10 @@ type Request struct {
 	Role         latchkeyv1.Role
 	Rejoin       bool
 	RequestToken bool
+	// Reattest asks for a re-attestation (PURPOSE_REATTEST): the verifier
+	// records the decision and answers with an empty ticket, which is all
+	// the client accepts for it.
+	Reattest bool
 }
 
 // Config configures a Client. The zero value of every option is the

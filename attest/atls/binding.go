@@ -6,12 +6,16 @@
 //
 //	SHA-256( "latchkey/v1 attestation binding" 0x00
 //	         || lp(exporter) || lp(node_name) || lp(disk_uuid)
-//	         || u32(role) || u8(rejoin) || u8(request_token) || u32(variant) )
+//	         || u32(role) || u8(rejoin) || u8(request_token) || u32(variant)
+//	         [ || u32(purpose) ] )
 //
 // where exporter is the session's RFC 8446 exported keying material for the
 // label EXPORTER-latchkey-attestation (32 bytes, empty context), lp(x) is x
 // prefixed with its big-endian uint32 length and u32/u8 are big-endian
-// integers. Evidence replayed on another session, relayed through a
+// integers. u32(purpose) is appended only when the Hello's purpose is not
+// PURPOSE_UNSPECIFIED, so the binding of a Hello from an agent that
+// predates the field is unchanged (and a re-attestation's evidence can
+// never pass as a join's, nor the reverse). Evidence replayed on another session, relayed through a
 // TLS-terminating proxy (which holds two sessions with two exporters), or
 // sent with an edited Hello field no longer matches. The binding is 32
 // bytes, which fits TPM qualifying data on every TPM; SNP carries it in the
@@ -69,6 +73,11 @@ func Binding(exporter []byte, hello *latchkeyv1.Hello) []byte {
 	buf[5] = boolByte(hello.GetRequestToken())
 	binary.BigEndian.PutUint32(buf[6:10], uint32(hello.GetVariant()))
 	h.Write(buf[:])
+	if p := hello.GetPurpose(); p != latchkeyv1.Purpose_PURPOSE_UNSPECIFIED {
+		var pb [4]byte
+		binary.BigEndian.PutUint32(pb[:], uint32(p))
+		h.Write(pb[:])
+	}
 	return h.Sum(nil)
 }
 

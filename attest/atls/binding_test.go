@@ -73,6 +73,50 @@ var bindingVectors = []bindingVector{
 		digest: "a40c6824aa6cc5b8407a56df0a517765cb5bf9eae5630582f5256b8d06b6b812",
 	},
 	{
+		name:     "worker re-attestation, TPM (purpose appended)",
+		exporter: seq(32),
+		hello: &latchkeyv1.Hello{
+			NodeName: "node-1",
+			DiskUuid: "0d5f3c9e-7a41-4b8e-9c2d-5e6f7a8b9c0d",
+			Role:     latchkeyv1.Role_ROLE_WORKER,
+			Rejoin:   true,
+			Variant:  latchkeyv1.Variant_VARIANT_TPM,
+			Purpose:  latchkeyv1.Purpose_PURPOSE_REATTEST,
+		},
+		preimage: []string{
+			labelHex,
+			"00000020", "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
+			"00000006", "6e6f64652d31",
+			"00000024", "30643566336339652d376134312d346238652d396332642d356536663761386239633064",
+			"00000001", // role
+			"01",       // rejoin
+			"00",       // request_token
+			"00000001", // variant
+			"00000002", // purpose: PURPOSE_REATTEST
+		},
+		digest: "6b98e74e3206724cba076c94d7e6872c151e9c8bc6cf366d8e3c5c3885598700",
+	},
+	{
+		name:     "explicit PURPOSE_JOIN is appended (differs from unspecified)",
+		exporter: seq(32),
+		hello: &latchkeyv1.Hello{
+			NodeName: "node-1",
+			DiskUuid: "0d5f3c9e-7a41-4b8e-9c2d-5e6f7a8b9c0d",
+			Role:     latchkeyv1.Role_ROLE_WORKER,
+			Variant:  latchkeyv1.Variant_VARIANT_TPM,
+			Purpose:  latchkeyv1.Purpose_PURPOSE_JOIN,
+		},
+		preimage: []string{
+			labelHex,
+			"00000020", "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
+			"00000006", "6e6f64652d31",
+			"00000024", "30643566336339652d376134312d346238652d396332642d356536663761386239633064",
+			"00000001", "00", "00", "00000001",
+			"00000001", // purpose: PURPOSE_JOIN
+		},
+		digest: "44cd88bc0b1e8a6a8e95696a2cbe1c364900c9e14b0868c22f8104e90971c6a3",
+	},
+	{
 		name:     "everything empty (nil hello)",
 		exporter: nil,
 		hello:    nil,
@@ -143,6 +187,7 @@ func TestBindingCoversEveryHelloField(t *testing.T) {
 		"rejoin":        func(h *latchkeyv1.Hello) []byte { h.Rejoin = true; return exporter },
 		"request_token": func(h *latchkeyv1.Hello) []byte { h.RequestToken = true; return exporter },
 		"variant":       func(h *latchkeyv1.Hello) []byte { h.Variant = latchkeyv1.Variant_VARIANT_SNP; return exporter },
+		"purpose":       func(h *latchkeyv1.Hello) []byte { h.Purpose = latchkeyv1.Purpose_PURPOSE_REATTEST; return exporter },
 		// Moving a byte from one length-prefixed field to the next must
 		// change the binding too (that is what the prefixes are for).
 		"boundary": func(h *latchkeyv1.Hello) []byte {

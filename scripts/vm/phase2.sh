@@ -551,7 +551,7 @@ p2_crash() {
   # machine. Without the release n2 is refused with IDENTITY_MISMATCH.
   check "operator releases n1's node name" "$P2_BIN/latchkey-verifier" bindings release \
     --node latchkey-e2e --socket "$RUN_DIR/verifier/admin.sock"
-  check "release audited" grep -q 'msg="binding released by admin" kind=node name=latchkey-e2e' "$VERIFIER_LOG"
+  check "release audited" grep -qE 'msg="binding released by admin".* kind=node name=latchkey-e2e ' "$VERIFIER_LOG"
   audit_mark
   boot n2 crash --kill-on "$P2_CRASH_LINE"
   crash_uuid=$(host_luks_uuid n2)

@@ -57,6 +57,7 @@ type Verifier struct {
 	deps   Deps
 	keys   *keys.Deriver
 	store  *policy.Store
+	next   *policy.Store // the candidate policy (policyNext, shadow.go); nil without
 	grpc   *grpc.Server
 	health *health.Server
 	// Minter is the token step in use (nil in disk-only mode).
@@ -173,6 +174,9 @@ func (v *Verifier) loadPolicy() error {
 	if err != nil {
 		return err
 	}
+	if err := v.loadPolicyNext(); err != nil {
+		return err
+	}
 	v.metrics.PolicyLoaded(v.store.Current().Digest)
 	v.deps.Logger.Info("policy loaded", "path", v.cfg.Policy, "policy", v.store.Current().Digest)
 	return nil
@@ -193,7 +197,7 @@ func (v *Verifier) buildServer() error {
 	svc, err := service.New(service.Config{Policy: v.store, Keys: v.keys, Minter: v.Minter,
 		Bindings: v.bindings, AdoptUnbound: v.cfg.Identity.AdoptUnbound,
 		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics, Revoker: v.revoker,
-		MaxInFlight: v.cfg.Limits.MaxJoinsInFlight})
+		MaxInFlight: v.cfg.Limits.MaxJoinsInFlight, PolicyNext: v.policyNext()})
 	if err != nil {
 		return err
 	}
@@ -249,6 +253,9 @@ func (v *Verifier) Serve(ctx context.Context) error {
 		return err
 	}
 	v.bg.Go(func() { v.store.Run(ctx) })
+	if v.next != nil {
+		v.bg.Go(func() { v.next.Run(ctx) })
+	}
 	v.bg.Go(func() { v.serveMetrics(ctx) })
 	if v.revoker != nil {
 		v.bg.Go(func() { v.revoker.Run(ctx) })
@@ -256,6 +263,7 @@ func (v *Verifier) Serve(ctx context.Context) error {
 	if v.kube != nil {
 		v.bg.Go(func() { runApprover(ctx, v.kube, v.bindings, v.store, v.cfg.Kubernetes, v.deps.Logger) })
 		v.bg.Go(func() { runReaper(ctx, v.kube, v.Minter, v.metrics, v.deps.Logger) })
+		v.bg.Go(func() { v.runReattest(ctx) })
 	}
 	stopAdmin := v.serveAdmin()
 	defer stopAdmin()

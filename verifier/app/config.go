@@ -36,6 +36,11 @@ type Config struct {
 	TLSKey  string `json:"tlsKey,omitempty"`
 	// Policy is the reference policy file (hot-reloaded).
 	Policy string `json:"policy"`
+	// PolicyNext is a candidate policy file, evaluated next to the
+	// enforced one on every join and re-attestation for the audit line
+	// (shadow_decision, shadow_reason) and a metric only; never enforced.
+	// Hot-reloaded like policy. Empty evaluates none.
+	PolicyNext string `json:"policyNext,omitempty"`
 	// MasterSecretFile holds the master secret (default: the systemd
 	// credential latchkey-master-secret in $CREDENTIALS_DIRECTORY).
 	MasterSecretFile string `json:"masterSecretFile,omitempty"`
@@ -57,6 +62,9 @@ type Config struct {
 	// Identity configures the binding of disk UUIDs and node names to
 	// attested machines.
 	Identity Identity `json:"identity,omitempty"`
+	// Reattest configures the taint controller of continuous
+	// re-attestation (Kubernetes mode only).
+	Reattest Reattest `json:"reattest,omitempty"`
 }
 
 // Limits bound the join port. Zero means the default; every default is
@@ -87,6 +95,22 @@ type Identity struct {
 	// BindingDir holds the binding records in disk-only mode (default
 	// <stateDir>/bindings). Kubernetes mode keeps them in Leases.
 	BindingDir string `json:"bindingDir,omitempty"`
+}
+
+// Reattest configures the re-attestation taint controller
+// (verifier/reattest). The zero value taints (NoSchedule) a node whose
+// latest re-attestation was refused or whose Lease is older than 30m.
+type Reattest struct {
+	// Deadline after which a node whose Lease was not renewed is stale
+	// and tainted (default 30m, three agent intervals; at least 1s).
+	Deadline Duration `json:"deadline,omitempty"`
+	// Effect of the latchkey.io/unattested taint: NoSchedule (default),
+	// NoExecute (evicts pods that do not tolerate it) or none
+	// (report-only: metrics and log lines).
+	Effect string `json:"effect,omitempty"`
+	// Resync is how often the leading replica checks every node (default
+	// 30s).
+	Resync Duration `json:"resync,omitempty"`
 }
 
 // Kubernetes configures the token step.
@@ -164,6 +188,9 @@ func (c *Config) Validate() error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("tlsCert and tlsKey must be set together")
+	}
+	if err := c.validateReattest(); err != nil {
+		return err
 	}
 	if k := c.Kubernetes; k != nil && k.Discovery != "" && k.Discovery != "file" && k.Discovery != "token" {
 		return fmt.Errorf("kubernetes.discovery %q: want file or token", k.Discovery)

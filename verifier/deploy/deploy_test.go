@@ -133,3 +133,28 @@ func TestVerifierLeasesOnlyInItsNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The taint controller may patch Nodes and nothing more on them: no
+// create, update or delete of any Node, and no other new verb.
+func TestVerifierNodesPatchOnly(t *testing.T) {
+	objs, err := Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var verbs []string
+	for _, o := range objs {
+		r, ok := o.(*rbacv1.ClusterRole)
+		if !ok || r.Name != "latchkey:verifier" {
+			continue
+		}
+		for _, rule := range r.Rules {
+			if slices.Contains(rule.Resources, "nodes") {
+				verbs = append(verbs, rule.Verbs...)
+			}
+		}
+	}
+	slices.Sort(verbs)
+	if !slices.Equal(verbs, []string{"get", "list", "patch", "watch"}) {
+		t.Fatalf("verifier's node verbs %v, want get list patch watch", verbs)
+	}
+}

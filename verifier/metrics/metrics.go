@@ -64,6 +64,10 @@ type Metrics struct {
 	secret     *prometheus.GaugeVec
 	connsOver  *prometheus.CounterVec
 	adm        *admissionMetrics
+	// reattest holds the re-attestation gauges (reattest.go).
+	reattest *prometheus.GaugeVec
+	// shadow counts the candidate policy's decisions (shadow.go).
+	shadow *prometheus.CounterVec
 }
 
 // New creates the metrics, with the Go runtime and process collectors
@@ -105,6 +109,9 @@ func New() *Metrics {
 			Help: "Join-port connections closed at accept because a limit was reached, by limit (total, per_source).",
 		}, []string{"limit"}),
 	}
+	m.reattest = newReattestNodes()
+	m.shadow = newShadowDecisions()
+	m.reg.MustRegister(m.reattest, m.shadow)
 	m.reg.MustRegister(m.joins, m.validation, m.minted, m.revoked, m.reloads, m.policy, m.secret, m.connsOver,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

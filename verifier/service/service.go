@@ -75,6 +75,10 @@ type Config struct {
 	// answered with RESOURCE_EXHAUSTED and a retry-after hint (default
 	// DefaultMaxInFlight; see admission.go).
 	MaxInFlight int
+	// PolicyNext is the candidate policy (`policyNext`), evaluated next to
+	// the enforced one for the audit line and a metric only (shadow.go);
+	// nil evaluates none.
+	PolicyNext policy.Source
 }
 
 // Service implements latchkeyv1.JoinServiceServer.
@@ -131,6 +135,9 @@ type outcome struct {
 	revoked string
 	// slot gives back the admission slot (admission.go); once.
 	slot func()
+	// shadowDecision, shadowReason and shadowPolicy: the candidate
+	// policy's verdict (shadow.go); empty without one.
+	shadowDecision, shadowReason, shadowPolicy string
 }
 
 // Join runs one join attempt on the stream.
@@ -164,6 +171,9 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 		d := attest.EvidenceDigest(hello.GetEvidence())
 		out.digest = "sha256:" + hex.EncodeToString(d[:])
 	}
+	if hello.GetPurpose() == latchkeyv1.Purpose_PURPOSE_REATTEST {
+		return s.reattest(ctx, stream, snap, hello, out)
+	}
 	v, err := s.validate(ctx, stream, snap, hello, out)
 	if err != nil {
 		return err
@@ -172,6 +182,7 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 	if err := s.checkRevoked(ctx, snap, hello, v, out); err != nil {
 		return err
 	}
+	s.evalShadow(hello.GetVariant(), v, out)
 	if err := checkRole(snap, hello); err != nil {
 		return err
 	}

@@ -85,7 +85,7 @@ func (s *Service) audit(ctx context.Context, snap *policy.Snapshot, out *outcome
 	}
 	attrs := []any{
 		"node", out.hello.GetNodeName(), "disk_uuid", out.hello.GetDiskUuid(),
-		"role", out.hello.GetRole().String(), "rejoin", out.hello.GetRejoin(),
+		"role", out.hello.GetRole().String(), "rejoin", out.hello.GetRejoin(), "purpose", purposeLabel(out.hello),
 		"variant", out.hello.GetVariant().String(), "evidence_digest", out.digest,
 		"result", result, "reason", reason, "policy", snap.Digest,
 		"validation_ms", float64(out.validation.Microseconds()) / 1000,
@@ -106,6 +106,7 @@ func (s *Service) audit(ctx context.Context, snap *policy.Snapshot, out *outcome
 	if out.tokenID != "" {
 		attrs = append(attrs, "token_id", out.tokenID)
 	}
+	attrs = append(attrs, shadowAttrs(out)...)
 	if err != nil {
 		attrs = append(attrs, "error", err.Error())
 	}

@@ -66,6 +66,9 @@ func validateHello(h *latchkeyv1.Hello) error {
 	default:
 		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "role %d is not worker or control-plane", h.GetRole())
 	}
+	if _, ok := latchkeyv1.Purpose_name[int32(h.GetPurpose())]; !ok {
+		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "purpose %d is not join or reattest", h.GetPurpose())
+	}
 	if len(h.GetEvidence()) == 0 {
 		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "hello carries no evidence")
 	}

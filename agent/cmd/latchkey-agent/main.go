@@ -25,7 +25,9 @@ import (
 	"github.com/latchkey/latchkey/agent/app"
 	bootpkg "github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
+	"github.com/latchkey/latchkey/agent/disk"
 	"github.com/latchkey/latchkey/agent/exitcode"
+	"github.com/latchkey/latchkey/agent/reattest"
 	"github.com/latchkey/latchkey/internal/cli"
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/logging"
@@ -107,7 +109,8 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 	running := state.Result(exitcode.OK)
 	running.Result, running.ExitCode, running.Exit = "running", 0, ""
 	leaveResult(cfg.StatusFile, running, log)
-	b, closeFn, err := app.Build(cfg, app.Deps{Logger: log, Stdout: stdout,
+	var plan disk.Plan
+	a, err := app.BuildAgent(cfg, app.Deps{Logger: log, Stdout: stdout,
 		OnProgress: func(p bootpkg.Progress, line string) {
 			state.Progress(p, line)
 			_ = notify.Status(line)
@@ -116,7 +119,7 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 				_ = notify.ReadyStatus("state disk open")
 			}
 		},
-		OnPlan: state.Plan,
+		OnPlan: func(p disk.Plan) { plan = p; state.Plan(p) },
 		OnAttempt: func(ep string, n int) {
 			line := fmt.Sprintf("attesting to %s (attempt %d)", ep, n)
 			state.Attempt(ep, n, line)
@@ -131,8 +134,8 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 		leaveResult(cfg.StatusFile, state.Result(exitcode.BadConfig), log)
 		return exitcode.BadConfig
 	}
-	defer closeFn()
-	err = b.Run(ctx)
+	defer a.Close()
+	err = a.Boot.Run(ctx)
 	code := app.ExitCode(err)
 	defer func() { leaveResult(cfg.StatusFile, state.Result(code), log) }()
 	if code == exitcode.Stopped {
@@ -150,6 +153,24 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 	_ = notify.ReadyStatus("node ready")
 	state.Ready()
 	log.Info("boot complete", "node", cfg.NodeName)
+	return keepAttesting(ctx, a, plan, notify, log)
+}
+
+// keepAttesting runs the re-attestation loop until SIGTERM; a loop that
+// cannot be built is logged and the agent exits 0 (the boot succeeded).
+func keepAttesting(ctx context.Context, a *app.Agent, plan disk.Plan, notify *sdnotify.Notifier, log *slog.Logger) int {
+	loop, err := a.Reattest(plan, func(n int, r reattest.Result, _ error) {
+		_ = notify.Status(fmt.Sprintf("node ready; re-attestation %d: %s", n, r))
+	})
+	if err != nil || loop == nil {
+		if err != nil {
+			log.Error("cannot re-attest", "error", err.Error())
+		}
+		return exitcode.OK
+	}
+	_ = notify.Status("node ready; re-attesting")
+	_ = loop.Run(ctx)
+	log.Info("stopped re-attesting")
 	return exitcode.OK
 }
 

@@ -33,7 +33,7 @@ func TestStatusAfterExit(t *testing.T) {
 	args := func(pin string, extra ...string) []string {
 		return append([]string{"run", "--config", cfgPath, "--kernel-cmdline", "/dev/null", "--verifier", addr, "--pin", pin,
 			"--tpm-device", sim.Device, "--node-name", "n1", "--disk-mode", "key-only",
-			"--disk-uuid", "6c0e2f5a-4b1d-4e8f-9a3c-2d7b5e1f0a94", "--no-join", "--timeout", "20s"}, extra...)
+			"--disk-uuid", "6c0e2f5a-4b1d-4e8f-9a3c-2d7b5e1f0a94", "--no-join", "--no-reattest", "--timeout", "20s"}, extra...)
 	}
 	status := func() (int, string) {
 		code, out, _ := agentProcess(t, "status", "--socket", socket, "--status-file", file)

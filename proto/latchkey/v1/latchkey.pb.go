@@ -287,6 +287,61 @@ func (Reason) EnumDescriptor() ([]byte, []int) {
 	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{2}
 }
 
+// Purpose says what a Hello asks for.
+type Purpose int32
+
+const (
+	// A join (what every agent before re-attestation sent).
+	Purpose_PURPOSE_UNSPECIFIED Purpose = 0
+	// A join: the disk key, and a bootstrap token when due.
+	Purpose_PURPOSE_JOIN Purpose = 1
+	// A re-attestation of a node that has joined: the verifier records the
+	// decision on the node's record and releases neither a key nor a token
+	// (the ticket is empty).
+	Purpose_PURPOSE_REATTEST Purpose = 2
+)
+
+// Enum value maps for Purpose.
+var (
+	Purpose_name = map[int32]string{
+		0: "PURPOSE_UNSPECIFIED",
+		1: "PURPOSE_JOIN",
+		2: "PURPOSE_REATTEST",
+	}
+	Purpose_value = map[string]int32{
+		"PURPOSE_UNSPECIFIED": 0,
+		"PURPOSE_JOIN":        1,
+		"PURPOSE_REATTEST":    2,
+	}
+)
+
+func (x Purpose) Enum() *Purpose {
+	p := new(Purpose)
+	*p = x
+	return p
+}
+
+func (x Purpose) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Purpose) Descriptor() protoreflect.EnumDescriptor {
+	return file_latchkey_v1_latchkey_proto_enumTypes[3].Descriptor()
+}
+
+func (Purpose) Type() protoreflect.EnumType {
+	return &file_latchkey_v1_latchkey_proto_enumTypes[3]
+}
+
+func (x Purpose) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Purpose.Descriptor instead.
+func (Purpose) EnumDescriptor() ([]byte, []int) {
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{3}
+}
+
 // Refusal is attached as a detail to the gRPC status that ends a refused
 // join.
 type Refusal struct {
@@ -369,7 +424,9 @@ type Hello struct {
 	RequestToken bool    `protobuf:"varint,5,opt,name=request_token,json=requestToken,proto3" json:"request_token,omitempty"`
 	Variant      Variant `protobuf:"varint,6,opt,name=variant,proto3,enum=latchkey.v1.Variant" json:"variant,omitempty"`
 	// The serialized variant-specific evidence (TPMEvidence or SNPEvidence).
-	Evidence      []byte `protobuf:"bytes,7,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	Evidence []byte `protobuf:"bytes,7,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	// What the Hello asks for; part of the session binding.
+	Purpose       Purpose `protobuf:"varint,8,opt,name=purpose,proto3,enum=latchkey.v1.Purpose" json:"purpose,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -451,6 +508,13 @@ func (x *Hello) GetEvidence() []byte {
 		return x.Evidence
 	}
 	return nil
+}
+
+func (x *Hello) GetPurpose() Purpose {
+	if x != nil {
+		return x.Purpose
+	}
+	return Purpose_PURPOSE_UNSPECIFIED
 }
 
 // Challenge is a variant-specific round trip the verifier needs (TPM
@@ -1156,7 +1220,7 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\aRefusal\x12+\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x13.latchkey.v1.ReasonR\x06reason\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12$\n" +
-	"\x0eretry_after_ms\x18\x03 \x01(\rR\fretryAfterMs\"\xf1\x01\n" +
+	"\x0eretry_after_ms\x18\x03 \x01(\rR\fretryAfterMs\"\xa1\x02\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1b\n" +
 	"\tdisk_uuid\x18\x02 \x01(\tR\bdiskUuid\x12%\n" +
@@ -1164,7 +1228,8 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\x06rejoin\x18\x04 \x01(\bR\x06rejoin\x12#\n" +
 	"\rrequest_token\x18\x05 \x01(\bR\frequestToken\x12.\n" +
 	"\avariant\x18\x06 \x01(\x0e2\x14.latchkey.v1.VariantR\avariant\x12\x1a\n" +
-	"\bevidence\x18\a \x01(\fR\bevidence\"%\n" +
+	"\bevidence\x18\a \x01(\fR\bevidence\x12.\n" +
+	"\apurpose\x18\b \x01(\x0e2\x14.latchkey.v1.PurposeR\apurpose\"%\n" +
 	"\tChallenge\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\"-\n" +
 	"\x11ChallengeResponse\x12\x18\n" +
@@ -1243,7 +1308,11 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\x13CMDLINE_NOT_ALLOWED\x10\x15\x12\x18\n" +
 	"\x14SECURE_BOOT_REQUIRED\x10\x16\x12\x19\n" +
 	"\x15PCR_SIGNATURE_INVALID\x10\x17\x12\v\n" +
-	"\aREVOKED\x10\x182R\n" +
+	"\aREVOKED\x10\x18*J\n" +
+	"\aPurpose\x12\x17\n" +
+	"\x13PURPOSE_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fPURPOSE_JOIN\x10\x01\x12\x14\n" +
+	"\x10PURPOSE_REATTEST\x10\x022R\n" +
 	"\vJoinService\x12C\n" +
 	"\x04Join\x12\x19.latchkey.v1.AgentMessage\x1a\x1c.latchkey.v1.VerifierMessage(\x010\x01B;Z9github.com/latchkey/latchkey/proto/latchkey/v1;latchkeyv1b\x06proto3"
 
@@ -1259,43 +1328,45 @@ func file_latchkey_v1_latchkey_proto_rawDescGZIP() []byte {
 	return file_latchkey_v1_latchkey_proto_rawDescData
 }
 
-var file_latchkey_v1_latchkey_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_latchkey_v1_latchkey_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_latchkey_v1_latchkey_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_latchkey_v1_latchkey_proto_goTypes = []any{
 	(Role)(0),                    // 0: latchkey.v1.Role
 	(Variant)(0),                 // 1: latchkey.v1.Variant
 	(Reason)(0),                  // 2: latchkey.v1.Reason
-	(*Refusal)(nil),              // 3: latchkey.v1.Refusal
-	(*Hello)(nil),                // 4: latchkey.v1.Hello
-	(*Challenge)(nil),            // 5: latchkey.v1.Challenge
-	(*ChallengeResponse)(nil),    // 6: latchkey.v1.ChallengeResponse
-	(*Ticket)(nil),               // 7: latchkey.v1.Ticket
-	(*TicketAck)(nil),            // 8: latchkey.v1.TicketAck
-	(*AgentMessage)(nil),         // 9: latchkey.v1.AgentMessage
-	(*VerifierMessage)(nil),      // 10: latchkey.v1.VerifierMessage
-	(*TPMEvidence)(nil),          // 11: latchkey.v1.TPMEvidence
-	(*TPMChallenge)(nil),         // 12: latchkey.v1.TPMChallenge
-	(*TPMChallengeResponse)(nil), // 13: latchkey.v1.TPMChallengeResponse
-	(*SNPEvidence)(nil),          // 14: latchkey.v1.SNPEvidence
-	nil,                          // 15: latchkey.v1.TPMEvidence.PcrsEntry
+	(Purpose)(0),                 // 3: latchkey.v1.Purpose
+	(*Refusal)(nil),              // 4: latchkey.v1.Refusal
+	(*Hello)(nil),                // 5: latchkey.v1.Hello
+	(*Challenge)(nil),            // 6: latchkey.v1.Challenge
+	(*ChallengeResponse)(nil),    // 7: latchkey.v1.ChallengeResponse
+	(*Ticket)(nil),               // 8: latchkey.v1.Ticket
+	(*TicketAck)(nil),            // 9: latchkey.v1.TicketAck
+	(*AgentMessage)(nil),         // 10: latchkey.v1.AgentMessage
+	(*VerifierMessage)(nil),      // 11: latchkey.v1.VerifierMessage
+	(*TPMEvidence)(nil),          // 12: latchkey.v1.TPMEvidence
+	(*TPMChallenge)(nil),         // 13: latchkey.v1.TPMChallenge
+	(*TPMChallengeResponse)(nil), // 14: latchkey.v1.TPMChallengeResponse
+	(*SNPEvidence)(nil),          // 15: latchkey.v1.SNPEvidence
+	nil,                          // 16: latchkey.v1.TPMEvidence.PcrsEntry
 }
 var file_latchkey_v1_latchkey_proto_depIdxs = []int32{
 	2,  // 0: latchkey.v1.Refusal.reason:type_name -> latchkey.v1.Reason
 	0,  // 1: latchkey.v1.Hello.role:type_name -> latchkey.v1.Role
 	1,  // 2: latchkey.v1.Hello.variant:type_name -> latchkey.v1.Variant
-	4,  // 3: latchkey.v1.AgentMessage.hello:type_name -> latchkey.v1.Hello
-	6,  // 4: latchkey.v1.AgentMessage.challenge_response:type_name -> latchkey.v1.ChallengeResponse
-	8,  // 5: latchkey.v1.AgentMessage.ticket_ack:type_name -> latchkey.v1.TicketAck
-	5,  // 6: latchkey.v1.VerifierMessage.challenge:type_name -> latchkey.v1.Challenge
-	7,  // 7: latchkey.v1.VerifierMessage.ticket:type_name -> latchkey.v1.Ticket
-	15, // 8: latchkey.v1.TPMEvidence.pcrs:type_name -> latchkey.v1.TPMEvidence.PcrsEntry
-	9,  // 9: latchkey.v1.JoinService.Join:input_type -> latchkey.v1.AgentMessage
-	10, // 10: latchkey.v1.JoinService.Join:output_type -> latchkey.v1.VerifierMessage
-	10, // [10:11] is the sub-list for method output_type
-	9,  // [9:10] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	3,  // 3: latchkey.v1.Hello.purpose:type_name -> latchkey.v1.Purpose
+	5,  // 4: latchkey.v1.AgentMessage.hello:type_name -> latchkey.v1.Hello
+	7,  // 5: latchkey.v1.AgentMessage.challenge_response:type_name -> latchkey.v1.ChallengeResponse
+	9,  // 6: latchkey.v1.AgentMessage.ticket_ack:type_name -> latchkey.v1.TicketAck
+	6,  // 7: latchkey.v1.VerifierMessage.challenge:type_name -> latchkey.v1.Challenge
+	8,  // 8: latchkey.v1.VerifierMessage.ticket:type_name -> latchkey.v1.Ticket
+	16, // 9: latchkey.v1.TPMEvidence.pcrs:type_name -> latchkey.v1.TPMEvidence.PcrsEntry
+	10, // 10: latchkey.v1.JoinService.Join:input_type -> latchkey.v1.AgentMessage
+	11, // 11: latchkey.v1.JoinService.Join:output_type -> latchkey.v1.VerifierMessage
+	11, // [11:12] is the sub-list for method output_type
+	10, // [10:11] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_latchkey_v1_latchkey_proto_init() }
@@ -1317,7 +1388,7 @@ func file_latchkey_v1_latchkey_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_latchkey_v1_latchkey_proto_rawDesc), len(file_latchkey_v1_latchkey_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -232,11 +232,14 @@ func pin(args []string, stdout, stderr io.Writer) int {
 	return exitcode.OK
 }
 
-const policyUsage = "usage: latchkey-verifier policy check FILE | policy predict --uki FILE [--boot-loader FILE]... [--cmdline TEXT]... [--phase PHASE]... [--stub 252|254] [--secure-boot-off]"
+const policyUsage = "usage: latchkey-verifier policy check FILE | policy diff [--config FILE] [--kubeconfig FILE] [--changed] | policy predict --uki FILE [--boot-loader FILE]... [--cmdline TEXT]... [--phase PHASE]... [--stub 252|254] [--secure-boot-off]"
 
 func policyCmd(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "predict" {
 		return predictCmd(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "diff" {
+		return policyDiffCmd(args[1:], stdout, stderr)
 	}
 	if len(args) != 2 || args[0] != "check" {
 		fmt.Fprintln(stderr, policyUsage)

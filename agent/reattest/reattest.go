@@ -1,0 +1,172 @@
+// Package reattest is the agent's stage after the boot: it keeps the node
+// attesting. Every interval (jittered by ±10%, so a fleet booted together
+// spreads out) it asks the verifier for a re-attestation: the same Join
+// protocol with fresh evidence and a Hello whose purpose is
+// PURPOSE_REATTEST, which asks for no key and no token. The verifier
+// records the decision on the node's Lease; its taint controller acts on
+// it.
+//
+// Failure modes are bounded and never end the agent: a refusal is logged
+// (the verifier has recorded it; the taint follows from there), and a
+// verifier that cannot be reached is logged and tried again at the next
+// interval. Each round is bounded by its own timeout, so one round never
+// overlaps the next.
+package reattest
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/latchkey/latchkey/agent/ticket"
+	"github.com/latchkey/latchkey/internal/clock"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// DefaultInterval is reattest.interval when unset.
+const DefaultInterval = 10 * time.Minute
+
+// MaxRoundTimeout bounds the default round timeout.
+const MaxRoundTimeout = 5 * time.Minute
+
+// Jitter is the fraction of the interval each wait varies by.
+const Jitter = 0.10
+
+// Log keys of the stage.
+const (
+	logKeyRound    = "round"
+	logKeyResult   = "result"
+	logKeyReason   = "reason"
+	logKeyError    = "error"
+	logKeyInterval = "next_in"
+)
+
+// Tickets runs one re-attestation (ticket.Client).
+type Tickets interface {
+	Get(ctx context.Context, req ticket.Request) (*latchkeyv1.Ticket, error)
+}
+
+// Result of one round, as the log and OnRound report it.
+type Result string
+
+// Results.
+const (
+	Attested    Result = "attested"
+	Refused     Result = "refused"
+	Unreachable Result = "unreachable"
+)
+
+// Config configures a Loop.
+type Config struct {
+	NodeName string
+	DiskUUID string
+	Role     latchkeyv1.Role
+	Tickets  Tickets
+	// Interval between rounds (DefaultInterval when zero).
+	Interval time.Duration
+	// RoundTimeout bounds one round, retries included (default: half the
+	// interval, at most 5 minutes).
+	RoundTimeout time.Duration
+	Logger       *slog.Logger
+	// Sleep waits (clock.Sleep when nil); Rand returns [0,1) (math/rand
+	// when nil). Both are for tests.
+	Sleep func(ctx context.Context, d time.Duration) error
+	Rand  func() float64
+	// OnRound is told each round's result; optional.
+	OnRound func(round int, r Result, err error)
+}
+
+// Loop re-attests until its context ends.
+type Loop struct{ cfg Config }
+
+// New checks cfg.
+func New(cfg Config) (*Loop, error) {
+	if cfg.Tickets == nil || cfg.NodeName == "" || cfg.DiskUUID == "" {
+		return nil, errors.New("reattest: node name, disk uuid and ticket client are required")
+	}
+	if cfg.Interval < 0 || cfg.RoundTimeout < 0 {
+		return nil, errors.New("reattest: negative interval or round timeout")
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.RoundTimeout == 0 {
+		cfg.RoundTimeout = min(cfg.Interval/2, MaxRoundTimeout)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = clock.Sleep
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Float64
+	}
+	return &Loop{cfg: cfg}, nil
+}
+
+// Next is the wait before the next round: Interval ±10%.
+func (l *Loop) Next() time.Duration {
+	f := 1 - Jitter + 2*Jitter*l.cfg.Rand()
+	return time.Duration(float64(l.cfg.Interval) * f)
+}
+
+// Run waits an interval, re-attests, and repeats until ctx ends; it
+// returns nil then. No round's failure ends it.
+func (l *Loop) Run(ctx context.Context) error {
+	for round := 1; ; round++ {
+		wait := l.Next()
+		if err := l.cfg.Sleep(ctx, wait); err != nil {
+			return nil
+		}
+		r, err := l.Round(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		l.log(round, r, err)
+		if l.cfg.OnRound != nil {
+			l.cfg.OnRound(round, r, err)
+		}
+	}
+}
+
+// Round runs one re-attestation, bounded by RoundTimeout.
+func (l *Loop) Round(ctx context.Context) (Result, error) {
+	rctx, cancel := context.WithTimeout(ctx, l.cfg.RoundTimeout)
+	defer cancel()
+	_, err := l.cfg.Tickets.Get(rctx, ticket.Request{NodeName: l.cfg.NodeName, DiskUUID: l.cfg.DiskUUID,
+		Role: l.cfg.Role, Rejoin: true, Reattest: true})
+	return classify(err), err
+}
+
+// classify: a refusal the verifier decided is Refused; everything else
+// (no verifier, a timeout, a transient refusal) is Unreachable, which is
+// not a failed attestation.
+func classify(err error) Result {
+	var r *ticket.RefusedError
+	switch {
+	case err == nil:
+		return Attested
+	case errors.As(err, &r) && !r.Transient():
+		return Refused
+	}
+	return Unreachable
+}
+
+func (l *Loop) log(round int, r Result, err error) {
+	next := l.cfg.Interval.String()
+	switch r {
+	case Attested:
+		l.cfg.Logger.Info("re-attested", logKeyRound, round, logKeyResult, string(r), logKeyInterval, next)
+	case Refused:
+		var re *ticket.RefusedError
+		errors.As(err, &re)
+		l.cfg.Logger.Error("re-attestation refused; the verifier marks this node unattested",
+			logKeyRound, round, logKeyResult, string(r), logKeyReason, re.Reason.String(), logKeyError, err.Error(), logKeyInterval, next)
+	default:
+		l.cfg.Logger.Warn("re-attestation did not reach a verifier; trying again next interval",
+			logKeyRound, round, logKeyResult, string(r), logKeyError, err.Error(), logKeyInterval, next)
+	}
+}

@@ -1,0 +1,97 @@
+package app_test
+
+import (
+	"context"
+	"crypto/rand"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/verifier/app"
+	"github.com/latchkey/latchkey/verifier/binding"
+)
+
+// reattestRig is the assembled verifier in Kubernetes mode (fake
+// clientset, Lease binding store) with one node joined.
+func reattestRig(b *testing.B) (*rig, *tpm.Issuer) {
+	sim := tpmtest.Start(b)
+	dir := b.TempDir()
+	ref, err := tpm.Measure(context.Background(), sim.Device, testPCRs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	writeYAML(b, filepath.Join(dir, "policy.yaml"), map[string]any{"apiVersion": "latchkey/v1",
+		"tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}})
+	master := make([]byte, 32)
+	rand.Read(master)
+	os.WriteFile(filepath.Join(dir, "master"), master, 0o600)
+	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
+		ClusterSalt: "bench", StateDir: filepath.Join(dir, "state"), AdminSocket: "-"}
+	r := &rig{sim: sim, client: signingClientset(b), logs: &lockedBuffer{}}
+	r.bindings, err = binding.NewLeases(binding.LeaseConfig{Client: r.client, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	startAssembled(b, r, cfg, fakeSignedMinter(b, r))
+	iss := r.issuer(b)
+	if _, err := r.agent(b, iss, time.Minute).Get(context.Background(), worker()); err != nil {
+		b.Fatalf("join: %v\n%s", err, r.logs)
+	}
+	return r, iss
+}
+
+// BenchmarkReattestTPM is one re-attestation per op against swtpm (TLS
+// handshake, quote, activation, verification, policy, the binding reads
+// and the Lease update on the fake clientset, empty ticket, ack), next to
+// BenchmarkRejoinTPMSameRig, the rejoin (disk key, no token) on the same
+// rig, for a ratio measured in one run. cpu-ms/op is this process (agent
+// and verifier; swtpm excluded). api-writes/op and api-reads/op count the
+// clientset's actions per re-attestation.
+func BenchmarkReattestTPM(b *testing.B) {
+	r, iss := reattestRig(b)
+	c := r.agent(b, iss, time.Minute)
+	req := worker()
+	req.Rejoin, req.Reattest = true, true
+	ctx := context.Background()
+	before := len(r.client.Actions())
+	b.ResetTimer()
+	start := cpuTime(b)
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Get(ctx, req); err != nil {
+			b.Fatalf("re-attest: %v\n%s", err, r.logs)
+		}
+	}
+	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N)/1e6, "cpu-ms/op")
+	b.StopTimer()
+	var reads, writes int
+	for _, a := range r.client.Actions()[before:] {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+			reads++
+		default:
+			writes++
+		}
+	}
+	b.ReportMetric(float64(writes)/float64(b.N), "api-writes/op")
+	b.ReportMetric(float64(reads)/float64(b.N), "api-reads/op")
+}
+
+func BenchmarkRejoinTPMSameRig(b *testing.B) {
+	r, iss := reattestRig(b)
+	c := r.agent(b, iss, time.Minute)
+	req := worker()
+	req.Rejoin = true
+	ctx := context.Background()
+	b.ResetTimer()
+	start := cpuTime(b)
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Get(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N)/1e6, "cpu-ms/op")
+}

@@ -1,0 +1,208 @@
+package binding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+)
+
+// Annotations of a node Lease that record the node's latest
+// re-attestation. spec.renewTime is the time of the latest re-attestation
+// (or of the join that minted the node's token): what the taint controller
+// compares with reattest.deadline.
+const (
+	// AnnotationAttestedAt is the latest re-attestation's time (RFC 3339
+	// with nanoseconds, UTC).
+	AnnotationAttestedAt = "latchkey.io/attested-at"
+	// AnnotationEvidenceDigest is "sha256:<hex>" of its evidence.
+	AnnotationEvidenceDigest = "latchkey.io/evidence-digest"
+	// AnnotationDecision is DecisionAttested or DecisionRefused.
+	AnnotationDecision = "latchkey.io/decision"
+	// AnnotationReason is the refusal reason (a latchkey.v1.Reason name),
+	// "NONE" when attested.
+	AnnotationReason = "latchkey.io/reason"
+	// AnnotationShadowDecision and AnnotationShadowReason are the
+	// candidate policy's (policyNext) verdict on the same evidence:
+	// accepted, refused or unknown, and its reason; absent without a
+	// candidate. `latchkey-verifier policy diff` lists them.
+	AnnotationShadowDecision = "latchkey.io/shadow-decision"
+	AnnotationShadowReason   = "latchkey.io/shadow-reason"
+)
+
+// Decisions a re-attestation records.
+const (
+	DecisionAttested = "attested"
+	DecisionRefused  = "refused"
+)
+
+// maxReasonLen bounds the recorded reason (a Reason enum name is short).
+const maxReasonLen = 64
+
+// Attestation is one re-attestation result as a node Lease records it.
+type Attestation struct {
+	Time time.Time
+	// EvidenceDigest is "sha256:<hex>".
+	EvidenceDigest string
+	// Decision is DecisionAttested or DecisionRefused.
+	Decision string
+	// Reason is a latchkey.v1.Reason name ("NONE" when attested).
+	Reason string
+	// ShadowDecision and ShadowReason are the candidate policy's verdict
+	// ("" without a candidate).
+	ShadowDecision, ShadowReason string
+}
+
+// NodeStatus is what the taint controller reads from a node Lease.
+type NodeStatus struct {
+	Node     string
+	Identity string
+	// Renewed is spec.renewTime: the latest re-attestation, or the join
+	// that minted the node's token (zero when neither happened).
+	Renewed time.Time
+	// Last is the latest re-attestation (nil before the first).
+	Last *Attestation
+}
+
+// AttestationRecorder records re-attestation results; Leases implements
+// it (the directory store of disk-only mode has no nodes to taint).
+type AttestationRecorder interface {
+	// RecordAttestation writes a to the record of node, which must be
+	// bound to identity (else a *MismatchError, or ErrNotFound when it
+	// was released or never claimed).
+	RecordAttestation(ctx context.Context, node, identity string, a Attestation) error
+}
+
+var _ AttestationRecorder = (*Leases)(nil)
+
+// validAttestation checks what RecordAttestation is asked to write.
+func validAttestation(a Attestation) error {
+	switch {
+	case a.Time.IsZero():
+		return fmt.Errorf("%w: attestation without a time", ErrInvalid)
+	case a.Decision != DecisionAttested && a.Decision != DecisionRefused:
+		return fmt.Errorf("%w: decision %.32q", ErrInvalid, a.Decision)
+	case !strings.HasPrefix(a.EvidenceDigest, "sha256:") || len(a.EvidenceDigest) != len("sha256:")+64:
+		return fmt.Errorf("%w: evidence digest %.80q", ErrInvalid, a.EvidenceDigest)
+	case !validReason(a.Reason):
+		return fmt.Errorf("%w: reason %.80q", ErrInvalid, a.Reason)
+	case a.ShadowDecision == "" && a.ShadowReason != "":
+		return fmt.Errorf("%w: shadow reason without a shadow decision", ErrInvalid)
+	case a.ShadowDecision != "" && (!validReason(a.ShadowReason) || len(a.ShadowDecision) > 16 || strings.ContainsAny(a.ShadowDecision, " \n\r\x00")):
+		return fmt.Errorf("%w: shadow decision %.32q reason %.80q", ErrInvalid, a.ShadowDecision, a.ShadowReason)
+	}
+	return nil
+}
+
+func validReason(r string) bool {
+	return r != "" && len(r) <= maxReasonLen && !strings.ContainsAny(r, " \n\r\x00")
+}
+
+// RecordAttestation implements AttestationRecorder: one optimistic update
+// of the node Lease (retried on conflict, re-checking the identity each
+// time), setting spec.renewTime to a.Time and the four attestation
+// annotations. It never touches the identity or token annotations.
+func (l *Leases) RecordAttestation(ctx context.Context, node, identity string, a Attestation) error {
+	if err := validate(Node, node, identity, true); err != nil {
+		return err
+	}
+	if err := validAttestation(a); err != nil {
+		return err
+	}
+	name := ObjectName(Node, node)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := l.leases().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("%w: node %s", ErrNotFound, node)
+		}
+		if err != nil {
+			return fmt.Errorf("binding: get lease %s/%s: %w", l.ns, name, err)
+		}
+		r, err := record(lease)
+		if err != nil {
+			return err
+		}
+		if !r.Bound() {
+			return fmt.Errorf("%w: node %s was released", ErrNotFound, node)
+		}
+		if err := Check(r, identity); err != nil {
+			return err
+		}
+		lease.Annotations[AnnotationAttestedAt] = a.Time.UTC().Format(time.RFC3339Nano)
+		lease.Annotations[AnnotationEvidenceDigest] = a.EvidenceDigest
+		lease.Annotations[AnnotationDecision] = a.Decision
+		lease.Annotations[AnnotationReason] = a.Reason
+		if a.ShadowDecision != "" {
+			lease.Annotations[AnnotationShadowDecision] = a.ShadowDecision
+			lease.Annotations[AnnotationShadowReason] = a.ShadowReason
+		} else {
+			delete(lease.Annotations, AnnotationShadowDecision)
+			delete(lease.Annotations, AnnotationShadowReason)
+		}
+		renew := metav1.NewMicroTime(a.Time)
+		lease.Spec.RenewTime = &renew
+		if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+			if apierrors.IsConflict(err) {
+				return err
+			}
+			return fmt.Errorf("binding: update lease %s/%s: %w", l.ns, name, err)
+		}
+		return nil
+	})
+}
+
+// NodeStatuses lists every bound node record with its latest
+// re-attestation, for the taint controller. A Lease that is not a valid
+// record is skipped (and counted in the error), not fatal: one bad object
+// must not blind the controller to every other node.
+func (l *Leases) NodeStatuses(ctx context.Context) ([]NodeStatus, error) {
+	ls, err := l.leases().List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy + "," + LabelKind + "=" + string(Node)})
+	if err != nil {
+		return nil, fmt.Errorf("binding: list leases in %s: %w", l.ns, err)
+	}
+	out := make([]NodeStatus, 0, len(ls.Items))
+	var bad []error
+	for i := range ls.Items {
+		st, err := nodeStatus(&ls.Items[i])
+		if err != nil {
+			bad = append(bad, err)
+			continue
+		}
+		if st.Identity != "" {
+			out = append(out, st)
+		}
+	}
+	return out, errors.Join(bad...)
+}
+
+// nodeStatus reads one node Lease.
+func nodeStatus(lease *coordinationv1.Lease) (NodeStatus, error) {
+	r, err := record(lease)
+	if err != nil {
+		return NodeStatus{}, err
+	}
+	st := NodeStatus{Node: r.Name, Identity: r.Identity}
+	if lease.Spec.RenewTime != nil {
+		st.Renewed = lease.Spec.RenewTime.Time
+	}
+	if at, ok := lease.Annotations[AnnotationAttestedAt]; ok {
+		t, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil {
+			return NodeStatus{}, fmt.Errorf("binding: lease %s/%s: attested-at %.40q: %w", lease.Namespace, lease.Name, at, err)
+		}
+		a := Attestation{Time: t, EvidenceDigest: lease.Annotations[AnnotationEvidenceDigest],
+			Decision: lease.Annotations[AnnotationDecision], Reason: lease.Annotations[AnnotationReason],
+			ShadowDecision: lease.Annotations[AnnotationShadowDecision], ShadowReason: lease.Annotations[AnnotationShadowReason]}
+		if err := validAttestation(a); err != nil {
+			return NodeStatus{}, fmt.Errorf("binding: lease %s/%s: %w", lease.Namespace, lease.Name, err)
+		}
+		st.Last = &a
+	}
+	return st, nil
+}

@@ -1,0 +1,308 @@
+// Package reattest is the verifier's taint controller for continuous
+// re-attestation. Every re-attestation's decision is on the node's binding
+// Lease (verifier/binding: spec.renewTime and latchkey.io/ annotations);
+// this controller reads those Leases and keeps the taint
+// latchkey.io/unattested on every Node that is not currently attested:
+//
+//   - refused: the latest re-attestation was refused by the policy;
+//   - stale: the Lease was last renewed (a re-attestation, or the join
+//     that minted the node's token) longer than Deadline ago: the node went
+//     silent, or its re-attestations never reached a verifier;
+//   - attested: otherwise; the taint is removed.
+//
+// A Node without a bound node Lease (not joined through latchkey) is left
+// alone. One replica acts at a time: the controller runs only while it
+// holds a coordination.k8s.io Lease in latchkey-system through client-go's
+// leaderelection, so two verifiers never fight over a taint. A verifier
+// outage taints nothing by itself: only the deadline does, and the
+// deadline (default 30m) is three agent intervals.
+package reattest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/latchkey/latchkey/verifier/binding"
+)
+
+// TaintKey is the taint the controller manages.
+const TaintKey = "latchkey.io/unattested"
+
+// Effects Config.Effect accepts.
+const (
+	EffectNoSchedule = "NoSchedule"
+	EffectNoExecute  = "NoExecute"
+	// EffectNone is report-only: metrics and log lines, no taint.
+	EffectNone = "none"
+)
+
+// Defaults.
+const (
+	DefaultDeadline  = 30 * time.Minute
+	DefaultResync    = 30 * time.Second
+	DefaultLeaseName = "latchkey-reattest-controller"
+)
+
+// Log keys.
+const (
+	logKeyNode   = "node"
+	logKeyState  = "state"
+	logKeyReason = "reason"
+	logKeyError  = "error"
+)
+
+// State of one node.
+type State string
+
+// States.
+const (
+	Attested State = "attested"
+	Refused  State = "refused"
+	Stale    State = "stale"
+)
+
+// Statuses reads node records (binding.Leases).
+type Statuses interface {
+	NodeStatuses(ctx context.Context) ([]binding.NodeStatus, error)
+}
+
+// Metrics is told the count of nodes in each state after each pass.
+type Metrics interface {
+	ReattestNodes(attested, stale, refused int)
+}
+
+// Config configures a Controller.
+type Config struct {
+	Client   kubernetes.Interface
+	Statuses Statuses
+	// Namespace holds the election Lease (binding.DefaultNamespace).
+	Namespace string
+	// Identity names this replica in the election (required; the host
+	// name and pid make a good one).
+	Identity string
+	// LeaseName of the election (DefaultLeaseName).
+	LeaseName string
+	// Deadline after which a node whose Lease was not renewed is stale
+	// (DefaultDeadline).
+	Deadline time.Duration
+	// Effect of the taint (EffectNoSchedule when empty).
+	Effect string
+	// Resync is how often the leader checks every node (DefaultResync).
+	Resync time.Duration
+	// LeaseDuration, RenewDeadline and RetryPeriod of the election
+	// (15s, 10s, 2s when zero).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	Metrics                                   Metrics
+	Logger                                    *slog.Logger
+	Now                                       func() time.Time
+}
+
+// Controller taints unattested nodes.
+type Controller struct{ cfg Config }
+
+// New checks cfg and fills defaults.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Client == nil || cfg.Statuses == nil || cfg.Identity == "" {
+		return nil, errors.New("reattest: client, statuses and identity are required")
+	}
+	switch cfg.Effect {
+	case "":
+		cfg.Effect = EffectNoSchedule
+	case EffectNoSchedule, EffectNoExecute, EffectNone:
+	default:
+		return nil, fmt.Errorf("reattest: effect %q is not NoSchedule, NoExecute or none", cfg.Effect)
+	}
+	if cfg.Deadline < 0 || cfg.Resync < 0 {
+		return nil, errors.New("reattest: negative deadline or resync")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.Deadline, DefaultDeadline)
+	def(&cfg.Resync, DefaultResync)
+	def(&cfg.LeaseDuration, 15*time.Second)
+	def(&cfg.RenewDeadline, 10*time.Second)
+	def(&cfg.RetryPeriod, 2*time.Second)
+	if cfg.Namespace == "" {
+		cfg.Namespace = binding.DefaultNamespace
+	}
+	if cfg.LeaseName == "" {
+		cfg.LeaseName = DefaultLeaseName
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Logger = cfg.Logger.With("component", "reattest")
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Controller{cfg: cfg}, nil
+}
+
+// Run takes part in the election until ctx ends, and while leading runs
+// a pass every Resync. Losing the lead stops the passes; the election is
+// then joined again.
+func (c *Controller) Run(ctx context.Context) {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.Namespace, Name: c.cfg.LeaseName},
+		Client:     c.cfg.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: c.cfg.Identity},
+	}
+	for ctx.Err() == nil {
+		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   c.cfg.LeaseDuration,
+			RenewDeadline:   c.cfg.RenewDeadline,
+			RetryPeriod:     c.cfg.RetryPeriod,
+			ReleaseOnCancel: true,
+			Name:            c.cfg.LeaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: c.lead,
+				OnStoppedLeading: func() { c.cfg.Logger.Info("re-attestation controller stopped leading", "identity", c.cfg.Identity) },
+			},
+		})
+	}
+}
+
+// lead runs passes until the lead is lost (ctx ends).
+func (c *Controller) lead(ctx context.Context) {
+	c.cfg.Logger.Info("re-attestation controller leading", "identity", c.cfg.Identity,
+		"deadline", c.cfg.Deadline.String(), "effect", c.cfg.Effect)
+	t := time.NewTicker(c.cfg.Resync)
+	defer t.Stop()
+	for {
+		if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
+			c.cfg.Logger.Warn("re-attestation pass incomplete", logKeyError, err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Decide is the state of a node at now.
+func Decide(st binding.NodeStatus, now time.Time, deadline time.Duration) (State, string) {
+	if st.Last != nil && st.Last.Decision == binding.DecisionRefused && !st.Last.Time.Before(st.Renewed) {
+		return Refused, st.Last.Reason
+	}
+	if st.Renewed.IsZero() || now.Sub(st.Renewed) > deadline {
+		return Stale, "DEADLINE_EXCEEDED"
+	}
+	return Attested, "NONE"
+}
+
+// Pass checks every node once: reads every node record, decides, and
+// adds or removes the taint where the Node disagrees.
+func (c *Controller) Pass(ctx context.Context) error {
+	sts, listErr := c.cfg.Statuses.NodeStatuses(ctx)
+	if sts == nil && listErr != nil {
+		return listErr
+	}
+	// One list per pass, served from the API server's watch cache
+	// (resourceVersion 0), instead of a read per node.
+	nl, err := c.cfg.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return errors.Join(fmt.Errorf("list nodes: %w", err), listErr)
+	}
+	nodes := make(map[string]*corev1.Node, len(nl.Items))
+	for i := range nl.Items {
+		nodes[nl.Items[i].Name] = &nl.Items[i]
+	}
+	now := c.cfg.Now()
+	var counts [3]int
+	var errs []error
+	for _, st := range sts {
+		state, reason := Decide(st, now, c.cfg.Deadline)
+		switch state {
+		case Attested:
+			counts[0]++
+		case Stale:
+			counts[1]++
+		case Refused:
+			counts[2]++
+		}
+		if c.cfg.Effect == EffectNone {
+			if state != Attested {
+				c.cfg.Logger.Warn("node unattested (report-only)", logKeyNode, st.Node, logKeyState, string(state), logKeyReason, reason)
+			}
+			continue
+		}
+		n, ok := nodes[st.Node]
+		if !ok {
+			continue // joined through latchkey but not (or no longer) registered
+		}
+		if err := c.reconcile(ctx, n, state, reason); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.cfg.Metrics != nil {
+		c.cfg.Metrics.ReattestNodes(counts[0], counts[1], counts[2])
+	}
+	return errors.Join(append(errs, listErr)...)
+}
+
+// reconcile makes one Node's taint match its state, with a merge patch
+// conditioned on the Node's resourceVersion (a concurrent change to its
+// taints, by kubelet's node controller or an operator, is re-read on the
+// next pass instead of overwritten, as is a list that lagged behind).
+func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, state State, reason string) error {
+	node := n.Name
+	want := state != Attested
+	var taints []corev1.Taint
+	has := false
+	for _, t := range n.Spec.Taints {
+		if t.Key == TaintKey {
+			has = true
+			if want && string(t.Effect) == c.cfg.Effect && t.Value == string(state) {
+				return nil
+			}
+			continue
+		}
+		taints = append(taints, t)
+	}
+	if !want && !has {
+		return nil
+	}
+	if want {
+		now := metav1.NewTime(c.cfg.Now())
+		taints = append(taints, corev1.Taint{Key: TaintKey, Value: string(state), Effect: corev1.TaintEffect(c.cfg.Effect), TimeAdded: &now})
+	}
+	if taints == nil {
+		taints = []corev1.Taint{}
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": n.ResourceVersion},
+		"spec":     map[string]any{"taints": taints},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := c.cfg.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if apierrors.IsConflict(err) {
+			return nil // changed meanwhile; the next pass decides again
+		}
+		return fmt.Errorf("patch node %s taints: %w", node, err)
+	}
+	if want {
+		c.cfg.Logger.Warn("node tainted unattested", logKeyNode, node, logKeyState, string(state), logKeyReason, reason, "effect", c.cfg.Effect)
+	} else {
+		c.cfg.Logger.Info("node attested again; taint removed", logKeyNode, node)
+	}
+	return nil
+}

@@ -1,0 +1,161 @@
+//go:build k8s
+
+package reattest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/latchkey/latchkey/verifier/binding"
+)
+
+func k8sClient(t *testing.T, key string) kubernetes.Interface {
+	t.Helper()
+	path := os.Getenv("LATCHKEY_K8S_ENV")
+	if path == "" {
+		t.Skip("LATCHKEY_K8S_ENV not set; run scripts/test-k8s.sh")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			env[k] = v
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", env[key])
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Two controllers with the verifier's narrow credential (the shipped
+// RBAC) on the real API server, on an election Lease of their own: only
+// one leads; a silent node is tainted once; when the leader stops, the
+// other takes over and does not write the taint again; a node attested
+// again is untainted once.
+func TestK8sTwoControllersOneLeader(t *testing.T) {
+	c := k8sClient(t, "LATCHKEY_K8S_VERIFIER_KUBECONFIG")
+	admin := k8sClient(t, "LATCHKEY_K8S_ADMIN_KUBECONFIG")
+	node := "rc-" + time.Now().Format("150405")
+	if _, err := admin.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	var mu sync.Mutex
+	st := binding.NodeStatus{Node: node, Identity: "x", Renewed: time.Now().Add(-time.Hour)}
+	statuses := statusFunc(func() []binding.NodeStatus { mu.Lock(); defer mu.Unlock(); return []binding.NodeStatus{st} })
+	lease := "latchkey-reattest-test-" + node
+	logs := &lockedBuf{}
+	start := func(id string) context.CancelFunc {
+		ctl, err := New(Config{Client: c, Statuses: statuses, Identity: id, LeaseName: lease, Resync: 200 * time.Millisecond,
+			LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(logs, nil)).With("replica", id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { ctl.Run(ctx); close(done) }()
+		var once sync.Once
+		stop := func() { once.Do(func() { cancel(); <-done }) }
+		t.Cleanup(stop)
+		return stop
+	}
+	stopA, stopB := start("a"), start("b")
+	wait := func(want string) {
+		t.Helper()
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			n, err := admin.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			for _, tt := range n.Spec.Taints {
+				if tt.Key == TaintKey {
+					got = tt.Value
+				}
+			}
+			if got == want {
+				return
+			}
+		}
+		t.Fatalf("taint never became %q\n%s", want, logs)
+	}
+	wait("stale")
+	el, err := admin.CoordinationV1().Leases(binding.DefaultNamespace).Get(context.Background(), lease, metav1.GetOptions{})
+	if err != nil || el.Spec.HolderIdentity == nil {
+		t.Fatalf("election lease: %+v %v", el, err)
+	}
+	leader := *el.Spec.HolderIdentity
+	time.Sleep(time.Second) // several passes of the leader; the other must not act
+	if leader == "a" {
+		stopA()
+	} else {
+		stopB()
+	}
+	for end := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		el, err = admin.CoordinationV1().Leases(binding.DefaultNamespace).Get(context.Background(), lease, metav1.GetOptions{})
+		if err == nil && el.Spec.HolderIdentity != nil && *el.Spec.HolderIdentity != "" && *el.Spec.HolderIdentity != leader {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no takeover after %s stopped: %+v\n%s", leader, el, logs)
+		}
+	}
+	time.Sleep(time.Second) // the new leader's passes find the taint in place
+	mu.Lock()
+	st.Renewed = time.Now()
+	mu.Unlock()
+	wait("")
+	all := logs.String()
+	if n := strings.Count(all, "node tainted unattested"); n != 1 {
+		t.Fatalf("%d taint writes, want 1\n%s", n, all)
+	}
+	if n := strings.Count(all, "taint removed"); n != 1 {
+		t.Fatalf("%d taint removals, want 1\n%s", n, all)
+	}
+	admin.CoordinationV1().Leases(binding.DefaultNamespace).Delete(context.Background(), lease, metav1.DeleteOptions{})
+}
+
+type statusFunc func() []binding.NodeStatus
+
+func (f statusFunc) NodeStatuses(context.Context) ([]binding.NodeStatus, error) { return f(), nil }

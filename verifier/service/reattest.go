@@ -1,0 +1,156 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/attest/snp"
+	"github.com/latchkey/latchkey/attest/tpm"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/binding"
+	"github.com/latchkey/latchkey/verifier/policy"
+)
+
+// reattest runs a re-attestation (Hello.purpose = PURPOSE_REATTEST): a
+// node that has joined proves again what it runs. The rules:
+//
+//   - It never releases a key or a token: the ticket it ends with is empty
+//     (no disk key derived, nothing minted), so a re-attestation can gain
+//     a caller nothing a join would not.
+//   - It never claims a name: the node (or, in disk-only mode, the disk)
+//     must be bound to the attested machine already, else
+//     IDENTITY_MISMATCH.
+//   - Only an authenticated result is recorded. The evidence is first
+//     verified (trusted key, signature, session binding); a failure there
+//     is refused and not recorded, because the node name in the Hello is
+//     then unauthenticated and recording it would let anyone taint any
+//     node. The binding check follows, then the policy step; its decision
+//     (attested, or refused with the reason) is written to the node's
+//     Lease (binding.AttestationRecorder) before the answer is sent.
+//   - A record that cannot be written is UNAVAILABLE: the agent retries,
+//     and the taint controller sees a stale Lease only after its deadline.
+func (s *Service) reattest(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, snap *policy.Snapshot, hello *latchkeyv1.Hello, out *outcome) error {
+	if hello.GetRequestToken() {
+		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "a re-attestation cannot ask for a token")
+	}
+	val, ok := snap.Validators[hello.GetVariant()]
+	if !ok {
+		return attest.Refuse(latchkeyv1.Reason_UNKNOWN_VARIANT, "variant %s is not enabled by the policy", hello.GetVariant())
+	}
+	b, err := atls.PeerBinding(stream.Context(), hello)
+	if err != nil {
+		return err
+	}
+	start := s.cfg.Now()
+	v, check, err := verifyThenCheck(ctx, val, hello.GetEvidence(), b, challenger(stream))
+	out.validation = s.cfg.Now().Sub(start)
+	s.cfg.Metrics.ObserveValidation(hello.GetVariant(), out.validation)
+	if err != nil {
+		return err
+	}
+	out.verified = v
+	s.evalShadow(hello.GetVariant(), v, out)
+	if err := s.checkBound(ctx, hello, v, out); err != nil {
+		return err
+	}
+	policyErr := check()
+	if err := s.recordAttestation(ctx, hello, v, policyErr, out); err != nil {
+		if policyErr != nil {
+			return errors.Join(policyErr, err)
+		}
+		return attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "record re-attestation: %w", err)
+	}
+	if policyErr != nil {
+		return policyErr
+	}
+	// The empty ticket: no disk key, no token.
+	return s.handover(ctx, stream, &latchkeyv1.Ticket{})
+}
+
+// verifyThenCheck splits a validator into its verification and its policy
+// step, so a re-attestation can tell authenticated evidence the policy
+// refuses (recorded) from evidence that is not authenticated (not
+// recorded). A validator without the split (a test double) is run whole,
+// and any failure counts as unauthenticated.
+func verifyThenCheck(ctx context.Context, val attest.Validator, evidence, b []byte, rt attest.RoundTrip) (*attest.Verified, func() error, error) {
+	switch sv := val.(type) {
+	case *tpm.Validator:
+		v, err := sv.Verify(ctx, evidence, b, rt)
+		if err != nil {
+			return nil, nil, err
+		}
+		st, ok := v.State.(*tpm.State)
+		if !ok {
+			return nil, nil, fmt.Errorf("tpm verify returned state %T", v.State)
+		}
+		return v, func() error { return sv.CheckPolicy(st) }, nil
+	case *snp.Validator:
+		v, err := sv.Verify(ctx, evidence, b, rt)
+		if err != nil {
+			return nil, nil, err
+		}
+		st, ok := v.State.(*snp.State)
+		if !ok {
+			return nil, nil, fmt.Errorf("snp verify returned state %T", v.State)
+		}
+		return v, func() error { return sv.CheckPolicy(st) }, nil
+	}
+	v, err := val.Validate(ctx, evidence, b, rt)
+	if err != nil {
+		return nil, nil, err
+	}
+	return v, func() error { return nil }, nil
+}
+
+// checkBound requires the node (with a Minter) and the disk to be bound to
+// the attested machine already; a re-attestation never claims.
+func (s *Service) checkBound(ctx context.Context, hello *latchkeyv1.Hello, v *attest.Verified, out *outcome) error {
+	if v.MachineID == "" {
+		return attest.Refuse(latchkeyv1.Reason_IDENTITY_MISMATCH, "the evidence names no stable machine identity")
+	}
+	kinds := []binding.Kind{binding.Disk}
+	names := []string{hello.GetDiskUuid()}
+	if s.cfg.Minter != nil {
+		kinds, names = append(kinds, binding.Node), append(names, hello.GetNodeName())
+	}
+	for i, k := range kinds {
+		r, err := s.cfg.Bindings.Get(ctx, k, names[i])
+		switch {
+		case errors.Is(err, binding.ErrNotFound) || (err == nil && !r.Bound()):
+			return attest.Refuse(latchkeyv1.Reason_IDENTITY_MISMATCH, "%s %s has no bound record; a re-attestation needs a joined node", k, names[i])
+		case err == nil:
+			err = binding.Check(r, v.MachineID)
+		}
+		if err := s.refusal(k, names[i], err, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordAttestation writes the decision to the node's Lease when the
+// store keeps node records (Kubernetes mode); disk-only mode has no node
+// to taint and records only the audit line.
+func (s *Service) recordAttestation(ctx context.Context, hello *latchkeyv1.Hello, v *attest.Verified, policyErr error, out *outcome) error {
+	rec, ok := s.cfg.Bindings.(binding.AttestationRecorder)
+	if !ok || s.cfg.Minter == nil {
+		return nil
+	}
+	a := binding.Attestation{Time: s.cfg.Now(), EvidenceDigest: out.digest, Decision: binding.DecisionAttested, Reason: "NONE",
+		ShadowDecision: out.shadowDecision, ShadowReason: out.shadowReason}
+	if policyErr != nil {
+		a.Decision, a.Reason = binding.DecisionRefused, attest.ReasonOf(policyErr).String()
+	}
+	return rec.RecordAttestation(ctx, hello.GetNodeName(), v.MachineID, a)
+}
+
+// purposeLabel is the audit line's purpose: "join" or "reattest".
+func purposeLabel(h *latchkeyv1.Hello) string {
+	if h.GetPurpose() == latchkeyv1.Purpose_PURPOSE_REATTEST {
+		return "reattest"
+	}
+	return "join"
+}

@@ -1,0 +1,72 @@
+package service
+
+import (
+	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/snp"
+	"github.com/latchkey/latchkey/attest/tpm"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// Shadow decisions, as the audit line (shadow_decision) and the metric
+// name them.
+const (
+	ShadowAccepted = "accepted"
+	ShadowRefused  = "refused"
+	// ShadowUnknown: the candidate policy has no section for the variant,
+	// or its validator cannot judge a state on its own.
+	ShadowUnknown = "unknown"
+)
+
+// evalShadow runs the candidate policy (Config.PolicyNext, `policyNext`)
+// on the state the enforced policy's verification produced, and records
+// its decision on the outcome (audit line) and in the metrics. It changes
+// nothing about the join: the shadow only reports.
+//
+// What the shadow judges is the policy step (PCRs, components, SNP
+// measurement, guest policy and TCB: CheckPolicy), on evidence the
+// enforced policy verified. Key trust (EK CA roots, AK pins, SNP roots) is
+// the enforced policy's; a candidate that changes only key trust shows
+// no difference here.
+func (s *Service) evalShadow(variant latchkeyv1.Variant, v *attest.Verified, out *outcome) {
+	if s.cfg.PolicyNext == nil || v == nil {
+		return
+	}
+	next := s.cfg.PolicyNext.Current()
+	out.shadowPolicy = next.Digest
+	out.shadowDecision, out.shadowReason = ShadowUnknown, "NONE"
+	if val, ok := next.Validators[variant]; ok {
+		if err, judged := checkState(val, v.State); judged {
+			out.shadowDecision = ShadowAccepted
+			if err != nil {
+				out.shadowDecision, out.shadowReason = ShadowRefused, attest.ReasonOf(err).String()
+			}
+		}
+	}
+	s.cfg.Metrics.ShadowDecision(variant, out.shadowDecision, out.shadowReason)
+}
+
+// checkState runs a validator's policy step on a verified state of its
+// variant; judged is false when the validator or state has no policy step
+// of its own.
+func checkState(val attest.Validator, st attest.State) (err error, judged bool) {
+	switch sv := val.(type) {
+	case *tpm.Validator:
+		if ts, ok := st.(*tpm.State); ok {
+			return sv.CheckPolicy(ts), true
+		}
+	case *snp.Validator:
+		if ss, ok := st.(*snp.State); ok {
+			return sv.CheckPolicy(ss), true
+		}
+	}
+	return nil, false
+}
+
+// shadowAttrs are the audit line's shadow fields (none without a
+// candidate policy).
+func shadowAttrs(out *outcome) []any {
+	if out.shadowDecision == "" {
+		return nil
+	}
+	return []any{"shadow_decision", out.shadowDecision, "shadow_reason", out.shadowReason, "shadow_policy", out.shadowPolicy}
+}
