@@ -8,9 +8,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 )
 
 // Annotations of a node Lease that record the node's latest
@@ -115,25 +113,7 @@ func (l *Leases) RecordAttestation(ctx context.Context, node, identity string, a
 	if err := validAttestation(a); err != nil {
 		return err
 	}
-	name := ObjectName(Node, node)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		lease, err := l.leases().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("%w: node %s", ErrNotFound, node)
-		}
-		if err != nil {
-			return fmt.Errorf("binding: get lease %s/%s: %w", l.ns, name, err)
-		}
-		r, err := record(lease)
-		if err != nil {
-			return err
-		}
-		if !r.Bound() {
-			return fmt.Errorf("%w: node %s was released", ErrNotFound, node)
-		}
-		if err := Check(r, identity); err != nil {
-			return err
-		}
+	return l.updateBoundNode(ctx, node, identity, func(lease *coordinationv1.Lease) {
 		lease.Annotations[AnnotationAttestedAt] = a.Time.UTC().Format(time.RFC3339Nano)
 		lease.Annotations[AnnotationEvidenceDigest] = a.EvidenceDigest
 		lease.Annotations[AnnotationDecision] = a.Decision
@@ -147,13 +127,6 @@ func (l *Leases) RecordAttestation(ctx context.Context, node, identity string, a
 		}
 		renew := metav1.NewMicroTime(a.Time)
 		lease.Spec.RenewTime = &renew
-		if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
-			if apierrors.IsConflict(err) {
-				return err
-			}
-			return fmt.Errorf("binding: update lease %s/%s: %w", l.ns, name, err)
-		}
-		return nil
 	})
 }
 

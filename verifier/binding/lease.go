@@ -188,6 +188,17 @@ func (l *Leases) SetToken(ctx context.Context, node, identity, tokenID string) e
 	if err := validate(Node, node, identity, true); err != nil {
 		return err
 	}
+	return l.updateBoundNode(ctx, node, identity, func(lease *coordinationv1.Lease) {
+		lease.Annotations[AnnotationTokenID] = tokenID
+		now := metav1.NewMicroTime(time.Now())
+		lease.Spec.RenewTime = &now
+	})
+}
+
+// updateBoundNode applies mutate to the node's Lease and writes it back,
+// retrying on conflicts and re-checking on every try that the record is
+// still bound to identity (a release or a rebinding in between wins).
+func (l *Leases) updateBoundNode(ctx context.Context, node, identity string, mutate func(*coordinationv1.Lease)) error {
 	name := ObjectName(Node, node)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		lease, err := l.leases().Get(ctx, name, metav1.GetOptions{})
@@ -201,12 +212,13 @@ func (l *Leases) SetToken(ctx context.Context, node, identity, tokenID string) e
 		if err != nil {
 			return err
 		}
+		if !r.Bound() {
+			return fmt.Errorf("%w: node %s was released", ErrNotFound, node)
+		}
 		if err := Check(r, identity); err != nil {
 			return err
 		}
-		lease.Annotations[AnnotationTokenID] = tokenID
-		now := metav1.NewMicroTime(time.Now())
-		lease.Spec.RenewTime = &now
+		mutate(lease)
 		if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 			if apierrors.IsConflict(err) {
 				return err
