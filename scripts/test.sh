@@ -50,6 +50,9 @@ static_checks() {
     return 1
   fi
   go vet ./...
+  # The tagged tiers compile too (their tests run in the Kubernetes and QEMU tiers).
+  go vet -tags k8s ./...
+  go vet -tags vm ./...
   scripts/gen-proto.sh --check
   shipped_test_only
   internal_imports_nothing_upward

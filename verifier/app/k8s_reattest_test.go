@@ -5,6 +5,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"github.com/latchkey/latchkey/internal/k8stest"
 	"io"
 	"log/slog"
 	"os"
@@ -81,8 +82,8 @@ func holdTaint(t *testing.T, c kubernetes.Interface, node, want string, d time.D
 //     silent past the deadline is tainted "stale".
 //  4. Every transition was made once, by one replica: the two never fight.
 func TestK8sReattestTaints(t *testing.T) {
-	env := k8sEnv(t)
-	admin := k8sClientOf(t, env["LATCHKEY_K8S_ADMIN_KUBECONFIG"])
+	env := k8stest.Load(t)
+	admin := env.Admin(t)
 	sim := tpmtest.Start(t)
 	dir := t.TempDir()
 	pol := tpmPolicy(t, sim)
