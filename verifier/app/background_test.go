@@ -49,7 +49,9 @@ func TestServeWaitsForItsGoroutines(t *testing.T) {
 	go func() { done <- v.Serve(ctx) }()
 	<-ready
 	// policy store, metrics, approver, reaper, join server, admin API,
-	// and the revoker of denied nodes' tokens when there is a minter.
+	// and the revoker of denied nodes' tokens when there is a minter (the
+	// re-attestation controller needs the Lease store, which this
+	// verifier, bound to a directory, does not have).
 	want := 6
 	if v.revoker != nil {
 		want++

@@ -30,13 +30,8 @@ func (c *Config) validateReattest() error {
 }
 
 // runReattest runs the taint controller (it leads only on one replica)
-// until ctx ends. It needs the Lease store; with another store (a test's)
-// it does not run.
-func (v *Verifier) runReattest(ctx context.Context) {
-	leases, ok := v.bindings.(*binding.Leases)
-	if !ok {
-		return
-	}
+// until ctx ends, over the nodes' binding Leases.
+func (v *Verifier) runReattest(ctx context.Context, leases *binding.Leases) {
 	host, _ := os.Hostname()
 	c, err := reattest.New(reattest.Config{Client: v.kube, Statuses: leases,
 		Namespace: v.cfg.Kubernetes.BindingNamespace, Identity: fmt.Sprintf("%s_%d_%08x", host, os.Getpid(), rand.Uint32()),
