@@ -166,5 +166,5 @@ if [[ $code != 0 ]]; then
   cat "$work/agent3.log" >&2
   exit 1
 fi
-step "bootstrap token $token_id minted by the verifier, accepted by kubeadm's own discovery (token, JWS signature, CA pin)"
+step "bootstrap token $token_id minted by the verifier, accepted by kubeadm's own file discovery (the ticket's pinned CA bundle, the token)"
 say "done: attested disk key, refusal after tampering, and a token the real kubeadm accepts"
