@@ -64,6 +64,7 @@ write_agent_config() {
     echo "# latchkey-agent config of the e2e guest (scripts/vm/phase2.sh)"
     echo "variant: tpm"
     echo "timeout: $P2_AGENT_TIMEOUT"
+    printf 'reattest:\n  interval: 3s\n' # the scenario sees the agent keep attesting
     echo "disk:"
     echo "  device: /dev/disk/by-id/virtio-latchkey-state"
     case $P2_JOIN in
@@ -398,7 +399,9 @@ p2_first_boot() {
   check "marker on state disk" serial_has 'E2E: marker is on the state disk'
   check "kubelet started" kubelet_started
   check "audit: accepted first join" audit_has 'result=accepted' "rejoin=false.*disk_uuid=$N1_UUID|disk_uuid=$N1_UUID.*rejoin=false"
-  check "audit: exactly one join" test "$(audit_count .)" -eq 1
+  check "audit: exactly one join" test "$(audit_count 'purpose=join')" -eq 1
+  check "agent re-attested twice after the boot" serial_has 'E2E: re-attested ([2-9]|[1-9][0-9])'
+  check "audit: two re-attestations accepted" test "$(audit_count 'purpose=reattest .*result=accepted')" -ge 2
   check "host sees LUKS2 uuid" test "$(host_luks_uuid n1)" == "${N1_UUID:-x}"
   check_join join
   step_done "first boot v1: predicted policy, format" "$BOOT_SECS" "$(boot_note); join $P2_JOIN"
