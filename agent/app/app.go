@@ -55,7 +55,7 @@ func BuildAgent(cfg *config.Config, deps Deps) (a *Agent, err error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
-	issuer, err := NewIssuer(cfg)
+	issuer, err := NewIssuer(cfg, deps.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -85,10 +85,12 @@ func BuildAgent(cfg *config.Config, deps Deps) (a *Agent, err error) {
 }
 
 // NewIssuer picks the evidence variant: the configured one, or with
-// "auto" SEV-SNP when the machine offers it and the TPM otherwise.
-func NewIssuer(cfg *config.Config) (attest.Issuer, error) {
+// "auto" SEV-SNP when the machine offers it and the TPM otherwise. log is
+// the agent's logger (journald levels, --log-level), handed to the issuer
+// so its lines go where the agent's do.
+func NewIssuer(cfg *config.Config, log *slog.Logger) (attest.Issuer, error) {
 	if variant(cfg) == "snp" {
-		return snp.NewIssuer(snp.IssuerConfig{})
+		return snp.NewIssuer(snp.IssuerConfig{Logger: log})
 	}
 	// A TPM without a resource manager keeps what a killed agent loaded;
 	// at boot the agent is its only user, so that is flushed first.
