@@ -3,11 +3,9 @@
 package reattest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -15,40 +13,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/latchkey/latchkey/internal/k8stest"
 	"github.com/latchkey/latchkey/verifier/binding"
 )
-
-func k8sClient(t *testing.T, key string) kubernetes.Interface {
-	t.Helper()
-	path := os.Getenv("LATCHKEY_K8S_ENV")
-	if path == "" {
-		t.Skip("LATCHKEY_K8S_ENV not set; run scripts/test-k8s.sh")
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			env[k] = v
-		}
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", env[key])
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 type lockedBuf struct {
 	mu sync.Mutex
@@ -73,8 +41,8 @@ func (l *lockedBuf) String() string {
 // other takes over and does not write the taint again; a node attested
 // again is untainted once.
 func TestK8sTwoControllersOneLeader(t *testing.T) {
-	c := k8sClient(t, "LATCHKEY_K8S_VERIFIER_KUBECONFIG")
-	admin := k8sClient(t, "LATCHKEY_K8S_ADMIN_KUBECONFIG")
+	env := k8stest.Load(t)
+	c, admin := env.Verifier(t), env.Admin(t)
 	node := "rc-" + time.Now().Format("150405")
 	if _, err := admin.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
