@@ -20,6 +20,7 @@ import (
 	"github.com/latchkey/latchkey/agent/disk"
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/internal/clock"
+	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -140,7 +141,7 @@ func (b *Boot) Run(ctx context.Context) error {
 	if err != nil {
 		return &StageError{StageDisk, err}
 	}
-	b.cfg.Logger.Info("state disk inspected", "disk_uuid", plan.UUID, "rejoin", plan.Rejoin)
+	b.cfg.Logger.Info("state disk inspected", logkey.DiskUUID, plan.UUID, logkey.Rejoin, plan.Rejoin)
 	if b.cfg.OnPlan != nil {
 		b.cfg.OnPlan(plan)
 	}
@@ -175,8 +176,8 @@ func (b *Boot) openDisk(ctx context.Context, plan disk.Plan, t *latchkeyv1.Ticke
 	if err != nil {
 		return res, err
 	}
-	b.cfg.Logger.Info("state disk open", "disk_uuid", plan.UUID, "key_bytes", len(t.DiskKey),
-		"mount_point", res.MountPoint, "kubelet_credentials", res.HasKubeletCredentials)
+	b.cfg.Logger.Info("state disk open", logkey.DiskUUID, plan.UUID, logkey.Device, res.Device, logkey.KeyBytes, len(t.DiskKey),
+		logkey.MountPoint, res.MountPoint, logkey.KubeletCredentials, res.HasKubeletCredentials)
 	return res, nil
 }
 
@@ -228,7 +229,7 @@ func (b *Boot) joinAttempts(ctx context.Context, plan disk.Plan, first *latchkey
 		if n == 1 {
 			return err
 		}
-		b.cfg.Logger.Warn("join attempt failed", "attempt", attempt, "of", n, "err", err)
+		b.cfg.Logger.Warn("join attempt failed", logkey.Attempt, attempt, logkey.Attempts, n, logkey.Error, err)
 	}
 	return fmt.Errorf("join: giving up after %d attempts: %w", n, err)
 }

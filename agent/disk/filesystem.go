@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/internal/logkey"
 )
 
 // ensureFileSystem makes sure the opened volume at mapped holds the state
@@ -37,7 +38,7 @@ func (l *LUKS) ensureFileSystem(ctx context.Context, d *device, mapped, uuid str
 		}
 		return l.makeFileSystem(ctx, d, mapped, uuid, nil)
 	case rec.State == recordMkfs:
-		l.cfg.Logger.Info("state disk: finishing an interrupted mkfs", slog.String("fstype", l.cfg.FSType))
+		l.cfg.Logger.Info("state disk: finishing an interrupted mkfs", slog.String(logkey.FSType, l.cfg.FSType))
 		return l.makeFileSystem(ctx, d, mapped, uuid, rec)
 	}
 	found, err := l.fsType(ctx, mapped)
@@ -53,7 +54,7 @@ func (l *LUKS) ensureFileSystem(ctx context.Context, d *device, mapped, uuid str
 	case err != nil:
 		return "", false, fmt.Errorf("%w: %w", ErrVolumeContent, err)
 	case ok:
-		l.cfg.Logger.Warn("state disk: remaking a damaged file system", slog.String("want", rec.FSType), slog.String("found", found))
+		l.cfg.Logger.Warn("state disk: remaking a damaged file system", slog.String(logkey.Want, rec.FSType), slog.String(logkey.Found, found))
 		return l.makeFileSystem(ctx, d, mapped, uuid, rec)
 	case found == "":
 		return "", false, fmt.Errorf("%w: the %s file system latchkey made is gone (damaged?); not remaking it (repair it, or set wipeStateDisk to %s to start over)", ErrVolumeContent, rec.FSType, uuid)
@@ -86,7 +87,7 @@ func (l *LUKS) makeFileSystem(ctx context.Context, d *device, mapped, uuid strin
 	if _, err := writeRecord(d, rec, stateRecord{UUID: uuid, State: recordReady, FSType: fstype}); err != nil {
 		return "", false, err
 	}
-	l.cfg.Logger.Info("state disk: file system made", slog.String("fstype", fstype), slog.String("device", mapped))
+	l.cfg.Logger.Info("state disk: file system made", slog.String(logkey.FSType, fstype), slog.String(logkey.Device, mapped))
 	return fstype, true, l.fault(StepFileSystemReady)
 }
 

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/internal/logkey"
 )
 
 // Formatting happens in memory first. cryptsetup luksFormat run straight
@@ -130,7 +131,7 @@ func (l *LUKS) install(d *device, img *os.File, wipe bool) error {
 	if err := d.sync(); err != nil {
 		return err
 	}
-	l.cfg.Logger.Info("state disk: LUKS2 header written", slog.String("device", d.path))
+	l.cfg.Logger.Info("state disk: LUKS2 header written", slog.String(logkey.Device, d.path))
 	return nil
 }
 

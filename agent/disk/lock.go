@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/latchkey/latchkey/internal/logkey"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,7 +37,7 @@ func (l *LUKS) lockDisk(ctx context.Context, d *device, how int) (*diskLock, err
 	if err != nil {
 		// No sysfs (a minimal initramfs): lock the device itself, which
 		// still serialises agents configured with the same device.
-		l.cfg.Logger.Debug("state disk: whole disk unknown, locking the device itself", slog.String("device", d.path), slog.String("err", err.Error()))
+		l.cfg.Logger.Debug("state disk: whole disk unknown, locking the device itself", slog.String(logkey.Device, d.path), slog.String(logkey.Error, err.Error()))
 		path = d.path
 	}
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_CLOEXEC, 0)

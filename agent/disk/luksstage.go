@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/latchkey/latchkey/internal/logkey"
 	"github.com/latchkey/latchkey/protocol"
 )
 
@@ -69,7 +70,7 @@ func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
 		if err := l.usable(d, true); err != nil {
 			return Plan{}, err
 		}
-		l.cfg.Logger.Warn("state disk: found an interrupted header install; it will be redone", slog.String("uuid", p.uuid))
+		l.cfg.Logger.Warn("state disk: found an interrupted header install; it will be redone", slog.String(logkey.DiskUUID, p.uuid))
 		return Plan{UUID: p.uuid}, nil
 	case kindForeign:
 		if err := l.refuseForeign(d, p); err != nil {
@@ -236,8 +237,6 @@ func (l *LUKS) mountAll(ctx context.Context, res Result) (Result, error) {
 		return Result{}, err
 	}
 	res.HasKubeletCredentials = l.hasKubeletCredentials()
-	l.cfg.Logger.Info("state disk open", slog.String("uuid", res.UUID), slog.String("device", res.Device),
-		slog.String("mount", res.MountPoint), slog.Bool("kubelet_credentials", res.HasKubeletCredentials))
 	return res, nil
 }
 
@@ -324,7 +323,7 @@ func headerReason(err error) string {
 func (l *LUKS) warnUnusedWipe(d *device) {
 	if l.cfg.WipeStateDisk != "" {
 		l.cfg.Logger.Warn("state disk: wipeStateDisk is set but the disk is blank; nothing to destroy (remove the setting)",
-			slog.String("device", d.path), slog.String("wipe_state_disk", l.cfg.WipeStateDisk))
+			slog.String(logkey.Device, d.path), slog.String(logkey.WipeStateDisk, l.cfg.WipeStateDisk))
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/latchkey/latchkey/internal/logkey"
 	"golang.org/x/sys/unix"
 )
 
@@ -166,6 +167,6 @@ func (l *LUKS) wipeAllowed(d *device, luksUUID, what string) (bool, error) {
 			ErrWipeMismatch, v, d.path, id, what)
 	}
 	l.cfg.Logger.Warn("state disk: wipeStateDisk names this disk; destroying what it holds",
-		slog.String("device", d.path), slog.String("wipe_state_disk", v), slog.String("found", what))
+		slog.String(logkey.Device, d.path), slog.String(logkey.WipeStateDisk, v), slog.String(logkey.Found, what))
 	return true, nil
 }

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -118,7 +119,7 @@ func New(cfg Config) (*Joiner, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Joiner{cfg: cfg, log: log.With("stage", "join")}, nil
+	return &Joiner{cfg: cfg, log: log.With(logkey.Stage, "join")}, nil
 }
 
 // Join runs one `kubeadm join` with t, and `kubeadm reset -f` when it
@@ -154,11 +155,11 @@ func (j *Joiner) Join(ctx context.Context, t Ticket) error {
 		return err
 	}
 	defer cleanup()
-	j.log.Info("running kubeadm join", "node", t.NodeName, "endpoint", t.Endpoints[0],
-		"control_plane", t.ControlPlane, "dry_run", j.cfg.DryRun)
+	j.log.Info("running kubeadm join", logkey.Node, t.NodeName, logkey.Endpoint, t.Endpoints[0],
+		logkey.ControlPlane, t.ControlPlane, logkey.DryRun, j.cfg.DryRun)
 	err = j.kubeadm(ctx, j.joinArgs(path, t.ControlPlane), env...)
 	if err == nil {
-		j.log.Info("kubeadm join succeeded", "node", t.NodeName)
+		j.log.Info("kubeadm join succeeded", logkey.Node, t.NodeName)
 		return nil
 	}
 	if !j.cfg.DryRun {
@@ -183,7 +184,7 @@ func (j *Joiner) dryRunEnv() ([]string, func(), error) {
 	}
 	cleanup := func() {
 		if err := os.RemoveAll(dir); err != nil {
-			j.log.Error("could not remove the dry-run directory", "path", dir, "err", err)
+			j.log.Error("could not remove the dry-run directory", logkey.Path, dir, logkey.Error, err)
 		}
 	}
 	return []string{"KUBEADM_JOIN_DRYRUN_DIR=" + dir}, cleanup, nil
@@ -208,7 +209,7 @@ func (j *Joiner) reset(ctx context.Context) {
 		args = append(args, "--cri-socket", j.cfg.CRISocket)
 	}
 	if err := j.kubeadm(context.WithoutCancel(ctx), args); err != nil {
-		j.log.Error("kubeadm reset after a failed join failed", "err", err)
+		j.log.Error("kubeadm reset after a failed join failed", logkey.Error, err)
 	}
 }
 
@@ -226,7 +227,7 @@ func logLines(log *slog.Logger, cmd, stream string, out []byte) {
 	sc.Buffer(make([]byte, 0, 4096), 64<<10)
 	for sc.Scan() {
 		if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
-			log.Info("kubeadm "+cmd, "stream", stream, "line", string(line))
+			log.Info("kubeadm "+cmd, logkey.Stream, stream, logkey.Line, string(line))
 		}
 	}
 }
@@ -269,6 +270,6 @@ func (j *Joiner) writeFile(path string, data []byte) error {
 
 func (j *Joiner) removeConfig(path string) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		j.log.Error("could not remove the join configuration", "path", path, "err", err)
+		j.log.Error("could not remove the join configuration", logkey.Path, path, logkey.Error, err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/internal/clock"
+	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -33,15 +34,6 @@ const MaxRoundTimeout = 5 * time.Minute
 
 // Jitter is the fraction of the interval each wait varies by.
 const Jitter = 0.10
-
-// Log keys of the stage.
-const (
-	logKeyRound    = "round"
-	logKeyResult   = "result"
-	logKeyReason   = "reason"
-	logKeyError    = "error"
-	logKeyInterval = "next_in"
-)
 
 // Tickets runs one re-attestation (ticket.Client).
 type Tickets interface {
@@ -159,14 +151,14 @@ func (l *Loop) log(round int, r Result, err error) {
 	next := l.cfg.Interval.String()
 	switch r {
 	case Attested:
-		l.cfg.Logger.Info("re-attested", logKeyRound, round, logKeyResult, string(r), logKeyInterval, next)
+		l.cfg.Logger.Info("re-attested", logkey.Round, round, logkey.Result, string(r), logkey.NextIn, next)
 	case Refused:
 		var re *ticket.RefusedError
 		errors.As(err, &re)
 		l.cfg.Logger.Error("re-attestation refused; the verifier marks this node unattested",
-			logKeyRound, round, logKeyResult, string(r), logKeyReason, re.Reason.String(), logKeyError, err.Error(), logKeyInterval, next)
+			logkey.Round, round, logkey.Result, string(r), logkey.Reason, re.Reason.String(), logkey.Error, err.Error(), logkey.NextIn, next)
 	default:
 		l.cfg.Logger.Warn("re-attestation did not reach a verifier; trying again next interval",
-			logKeyRound, round, logKeyResult, string(r), logKeyError, err.Error(), logKeyInterval, next)
+			logkey.Round, round, logkey.Result, string(r), logkey.Error, err.Error(), logkey.NextIn, next)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/protocol"
 )
@@ -143,10 +144,10 @@ func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_Joi
 func (c *Client) logReceived(endpoint string, evidence []byte, t *latchkeyv1.Ticket) {
 	d := attest.EvidenceDigest(evidence)
 	r := Received{Verifier: endpoint, EvidenceDigest: "sha256:" + hex.EncodeToString(d[:]), Variant: c.cfg.Issuer.Variant()}
-	attrs := []any{logKeyVerifier, endpoint, logKeyEvidenceDigest, r.EvidenceDigest}
+	attrs := []any{logkey.Endpoint, endpoint, logkey.EvidenceDigest, r.EvidenceDigest}
 	if id, _, ok := strings.Cut(t.GetToken(), "."); ok {
 		r.TokenID = id
-		attrs = append(attrs, logKeyTokenID, id)
+		attrs = append(attrs, logkey.TokenID, id)
 	}
 	c.cfg.Logger.Info("ticket received", attrs...)
 	if c.cfg.OnTicket != nil {
@@ -165,14 +166,6 @@ type Received struct {
 	// Variant is the evidence variant the ticket was given for.
 	Variant latchkeyv1.Variant
 }
-
-// Log keys of the ticket stage, named as the verifier's audit line names
-// the same values.
-const (
-	logKeyVerifier       = "verifier"
-	logKeyEvidenceDigest = "evidence_digest"
-	logKeyTokenID        = "token_id"
-)
 
 func receiveTicket(ctx context.Context, stream latchkeyv1.JoinService_JoinClient, att attest.Attestation, reattest bool) (*latchkeyv1.Ticket, error) {
 	for {

@@ -22,6 +22,7 @@ import (
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/internal/clock"
+	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -152,8 +153,8 @@ func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, e
 				c.cfg.OnBusy(wait)
 			}
 			wait = jitterHint(wait)
-			c.cfg.Logger.Info("verifier busy, retrying after its hint", "endpoint", ep, "attempt", n+1,
-				"retry_in", wait.Round(time.Millisecond).String())
+			c.cfg.Logger.Info("verifier busy, retrying after its hint", logkey.Endpoint, ep, logkey.Attempt, n+1,
+				logkey.RetryIn, wait.Round(time.Millisecond).String())
 			if ctx.Err() != nil || c.cfg.Sleep(ctx, wait) != nil {
 				return nil, c.stopped(parent, last)
 			}
@@ -184,8 +185,8 @@ func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, e
 		}
 		wait := c.backoff(fails, err)
 		fails++
-		c.cfg.Logger.Warn("join attempt failed", "endpoint", ep, "attempt", n+1,
-			"reason", reasonString(err), "error", err.Error(), "retry_in", wait.Round(time.Millisecond).String())
+		c.cfg.Logger.Warn("join attempt failed", logkey.Endpoint, ep, logkey.Attempt, n+1,
+			logkey.Reason, reasonString(err), logkey.Error, err.Error(), logkey.RetryIn, wait.Round(time.Millisecond).String())
 		if ctx.Err() != nil || c.cfg.Sleep(ctx, wait) != nil {
 			return nil, c.stopped(parent, last)
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/latchkey/latchkey/internal/cli"
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/logging"
+	"github.com/latchkey/latchkey/internal/logkey"
 	"github.com/latchkey/latchkey/internal/sdnotify"
 	"github.com/latchkey/latchkey/internal/version"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
@@ -81,7 +82,7 @@ func runBoot(args []string, stdout, stderr io.Writer) int {
 		err = cfg.Validate()
 	}
 	if err != nil {
-		log.Error("bad configuration", "error", err.Error())
+		log.Error("bad configuration", logkey.Error, err.Error())
 		if cfg != nil {
 			// A status after this exit must not show an older run's result.
 			leaveResult(cfg.StatusFile, app.LastResult{Result: "failed", ExitCode: exitcode.BadConfig,
@@ -129,7 +130,7 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 		OnTicket:        state.Ticket,
 	})
 	if err != nil {
-		log.Error("cannot start", "error", err.Error())
+		log.Error("cannot start", logkey.Error, err.Error())
 		state.Failed(err, exitcode.BadConfig)
 		leaveResult(cfg.StatusFile, state.Result(exitcode.BadConfig), log)
 		return exitcode.BadConfig
@@ -139,20 +140,20 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 	code := app.ExitCode(err)
 	defer func() { leaveResult(cfg.StatusFile, state.Result(code), log) }()
 	if code == exitcode.Stopped {
-		log.Info("stopped before the boot finished", "error", err.Error())
+		log.Info("stopped before the boot finished", logkey.Error, err.Error())
 		state.Failed(err, code)
 		return code
 	}
 	if err != nil {
 		// One clear line in the journal says why the node did not come up.
-		log.Error("boot failed", "exit", exitcode.Name(code), "error", err.Error())
+		log.Error("boot failed", logkey.Exit, exitcode.Name(code), logkey.Error, err.Error())
 		state.Failed(err, code)
 		_ = notify.Status("failed: " + err.Error())
 		return code
 	}
 	_ = notify.ReadyStatus("node ready")
 	state.Ready()
-	log.Info("boot complete", "node", cfg.NodeName)
+	log.Info("boot complete", logkey.Node, cfg.NodeName)
 	return keepAttesting(ctx, a, plan, notify, log)
 }
 
@@ -164,7 +165,7 @@ func keepAttesting(ctx context.Context, a *app.Agent, plan disk.Plan, notify *sd
 	})
 	if err != nil || loop == nil {
 		if err != nil {
-			log.Error("cannot re-attest", "error", err.Error())
+			log.Error("cannot re-attest", logkey.Error, err.Error())
 		}
 		return exitcode.OK
 	}
@@ -182,7 +183,7 @@ func leaveResult(path string, r app.LastResult, log *slog.Logger) {
 		return
 	}
 	if err := app.WriteLastResult(path, r); err != nil {
-		log.Warn("last result not kept for latchkey-agent status", "path", path, "error", err.Error())
+		log.Warn("last result not kept for latchkey-agent status", logkey.Path, path, logkey.Error, err.Error())
 	}
 }
 
@@ -195,13 +196,13 @@ func serveStatus(path string, state *app.State, log *slog.Logger) func() {
 	}
 	lis, err := localapi.Listen(localapi.SocketConfig{Path: path})
 	if err != nil {
-		log.Warn("status API not available", "socket", path, "error", err.Error())
+		log.Warn("status API not available", logkey.Socket, path, logkey.Error, err.Error())
 		return func() {}
 	}
 	srv, err := localapi.NewServer(localapi.Config{Services: []localapi.Service{adminapi.Service(state)}, Logger: log})
 	if err != nil {
 		lis.Close()
-		log.Warn("status API not available", "error", err.Error())
+		log.Warn("status API not available", logkey.Error, err.Error())
 		return func() {}
 	}
 	go srv.Serve(lis)
