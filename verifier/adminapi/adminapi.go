@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/latchkey/latchkey/internal/localapi"
+	"github.com/latchkey/latchkey/internal/logkey"
 	"github.com/latchkey/latchkey/internal/peercred"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 )
@@ -113,7 +114,7 @@ func (v *verifierServer) RevokeToken(ctx context.Context, req *adminv1.RevokeTok
 		return nil, status.Errorf(codes.Unavailable, "revoke token %s: %v", req.GetId(), err)
 	}
 	c, _ := peercred.FromContext(ctx)
-	v.log.InfoContext(ctx, "bootstrap token revoked by admin", "token_id", req.GetId(), "uid", c.UID, "pid", c.PID)
+	v.log.InfoContext(ctx, "bootstrap token revoked by admin", logkey.TokenID, req.GetId(), logkey.UID, c.UID, logkey.PID, c.PID)
 	return &adminv1.RevokeTokenResponse{}, nil
 }
 
@@ -162,7 +163,7 @@ func (v *verifierServer) ReleaseBinding(ctx context.Context, req *adminv1.Releas
 	case err != nil:
 		return nil, status.Errorf(codes.Unavailable, "release binding: %v", err)
 	}
-	v.log.WarnContext(ctx, "binding released by admin", "kind", kindName(req.GetKind()), "name", req.GetName(),
-		"identity", b.GetIdentity(), "token_id", b.GetTokenId(), "uid", c.UID, "pid", c.PID)
+	v.log.WarnContext(ctx, "binding released by admin", logkey.Kind, kindName(req.GetKind()), logkey.Name, req.GetName(),
+		logkey.Identity, b.GetIdentity(), logkey.TokenID, b.GetTokenId(), logkey.UID, c.UID, logkey.PID, c.PID)
 	return &adminv1.ReleaseBindingResponse{Released: b}, nil
 }

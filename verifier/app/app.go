@@ -19,6 +19,7 @@ import (
 	"github.com/latchkey/latchkey/attest/snp"
 	"github.com/latchkey/latchkey/attest/snp/kubestore"
 	"github.com/latchkey/latchkey/internal/localapi"
+	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/adminapi"
 	"github.com/latchkey/latchkey/verifier/binding"
@@ -156,12 +157,9 @@ func (v *Verifier) loadKeys() error {
 			"(disk keys depend on every byte), so copy the file byte for byte to every replica and compare key_id")
 	}
 	v.metrics.MasterSecretLoaded(v.keys.KeyID())
-	v.deps.Logger.Info("master secret loaded", logKeyID, v.keys.KeyID())
+	v.deps.Logger.Info("master secret loaded", logkey.KeyID, v.keys.KeyID())
 	return nil
 }
-
-// logKeyID is the log key of the master secret's non-secret key ID.
-const logKeyID = "key_id"
 
 func (v *Verifier) loadPolicy() error {
 	coll, err := NewCollateral(v.cfg, v.kube, v.deps.Logger)
@@ -178,7 +176,7 @@ func (v *Verifier) loadPolicy() error {
 		return err
 	}
 	v.metrics.PolicyLoaded(v.store.Current().Digest)
-	v.deps.Logger.Info("policy loaded", "path", v.cfg.Policy, "policy", v.store.Current().Digest)
+	v.deps.Logger.Info("policy loaded", logkey.Path, v.cfg.Policy, logkey.Policy, v.store.Current().Digest)
 	return nil
 }
 
@@ -272,7 +270,7 @@ func (v *Verifier) Serve(ctx context.Context) error {
 	defer stopAdmin()
 	errc := make(chan error, 1)
 	v.bg.Go(func() { errc <- v.grpc.Serve(lis) })
-	v.deps.Logger.Info("verifier serving", "address", lis.Addr().String(), "disk_only", v.Minter == nil)
+	v.deps.Logger.Info("verifier serving", logkey.Address, lis.Addr().String(), logkey.DiskOnly, v.Minter == nil)
 	if v.cfg.Identity.AdoptUnbound {
 		v.deps.Logger.Warn("identity.adoptUnbound is on: a rejoin whose disk or node name has no binding record claims it; turn it off once every node has rejoined")
 	}
@@ -337,7 +335,7 @@ func (v *Verifier) serveMetrics(ctx context.Context) {
 		return
 	}
 	if err := v.metrics.ListenAndServe(ctx, v.cfg.MetricsListen, v.deps.Logger); err != nil {
-		v.deps.Logger.Error("metrics server failed", "address", v.cfg.MetricsListen, "error", err.Error())
+		v.deps.Logger.Error("metrics server failed", logkey.Address, v.cfg.MetricsListen, logkey.Error, err.Error())
 	}
 }
 
@@ -359,7 +357,7 @@ func (v *Verifier) serveAdmin() func() {
 		lis, err = localapi.Listen(localapi.SocketConfig{Path: v.cfg.AdminSocket, Mode: 0o666})
 	}
 	if err != nil {
-		v.deps.Logger.Warn("admin API not available", "socket", v.cfg.AdminSocket, "error", err.Error())
+		v.deps.Logger.Warn("admin API not available", logkey.Socket, v.cfg.AdminSocket, logkey.Error, err.Error())
 		return func() {}
 	}
 	v.bg.Go(func() { _ = srv.Serve(lis) })

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/agent/ticket"
+	"github.com/latchkey/latchkey/internal/logkey"
 )
 
 // The node's success line and the verifier's audit line name the same
@@ -30,13 +31,13 @@ func TestAgentSuccessLineMatchesVerifierAuditLine(t *testing.T) {
 		return m[1]
 	}
 	al, vl := agentLog.String(), r.logs.String()
-	for _, key := range []string{"evidence_digest", "token_id"} {
+	for _, key := range []string{logkey.EvidenceDigest, logkey.TokenID} {
 		if a, v := field(al, "ticket received", key), field(vl, "join decision", key); a != v {
 			t.Errorf("%s: agent says %s, verifier says %s", key, a, v)
 		}
 	}
-	if got := field(al, "ticket received", "verifier"); got != r.addr {
-		t.Errorf("verifier=%s, want %s", got, r.addr)
+	if got := field(al, "ticket received", logkey.Endpoint); got != r.addr {
+		t.Errorf("%s=%s, want %s", logkey.Endpoint, got, r.addr)
 	}
 	if regexp.MustCompile(regexp.QuoteMeta(tk.Token[7:])).MatchString(al) {
 		t.Fatal("the agent's log carries the token secret")

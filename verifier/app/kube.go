@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/latchkey/latchkey/internal/logkey"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/csr"
 	"github.com/latchkey/latchkey/verifier/metrics"
@@ -44,7 +45,7 @@ func runApprover(ctx context.Context, client kubernetes.Interface, b binding.Sto
 		err = a.Run(ctx)
 	}
 	if err != nil && ctx.Err() == nil {
-		log.Error("csr approver stopped; new nodes cannot get kubelet certificates", "error", err.Error())
+		log.Error("csr approver stopped; new nodes cannot get kubelet certificates", logkey.Error, err.Error())
 	}
 }
 
@@ -106,6 +107,6 @@ func runReaper(ctx context.Context, client kubernetes.Interface, revoker csr.Rev
 		err = r.Run(ctx)
 	}
 	if err != nil && ctx.Err() == nil {
-		log.Error("token reaper stopped; used tokens now live until their TTL", "error", err.Error())
+		log.Error("token reaper stopped; used tokens now live until their TTL", logkey.Error, err.Error())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/logkey"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/reattest"
 )
@@ -38,7 +39,7 @@ func (v *Verifier) runReattest(ctx context.Context, leases *binding.Leases) {
 		Deadline: v.cfg.Reattest.Deadline.Duration, Effect: v.cfg.Reattest.Effect, Resync: v.cfg.Reattest.Resync.Duration,
 		Metrics: v.metrics, Logger: v.deps.Logger})
 	if err != nil {
-		v.deps.Logger.Error("re-attestation controller not started", "error", err.Error())
+		v.deps.Logger.Error("re-attestation controller not started", logkey.Error, err.Error())
 		return
 	}
 	c.Run(ctx)

@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/latchkey/latchkey/internal/logkey"
 	"github.com/latchkey/latchkey/verifier/policy"
 )
 
@@ -21,7 +22,7 @@ func (v *Verifier) loadPolicyNext() error {
 	if err != nil {
 		return fmt.Errorf("policyNext: %w", err)
 	}
-	v.deps.Logger.Info("candidate policy loaded (shadow, not enforced)", "path", v.cfg.PolicyNext, "policy", v.next.Current().Digest)
+	v.deps.Logger.Info("candidate policy loaded (shadow, not enforced)", logkey.Path, v.cfg.PolicyNext, logkey.Policy, v.next.Current().Digest)
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/atomicfile"
+	"github.com/latchkey/latchkey/internal/logkey"
 )
 
 // maxRecordFile bounds a record file read back from disk.
@@ -73,7 +74,7 @@ func NewDir(cfg DirConfig) (*Dir, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Dir{dir: cfg.Dir, now: cfg.Now, log: cfg.Logger.With("component", "binding")}, nil
+	return &Dir{dir: cfg.Dir, now: cfg.Now, log: cfg.Logger.With(logkey.Component, "binding")}, nil
 }
 
 // fileRecord is a record's file content.
@@ -115,7 +116,7 @@ func (d *Dir) Claim(ctx context.Context, kind Kind, name, identity string) (Reco
 	if err != nil {
 		return Record{}, err
 	}
-	d.log.Info("binding claimed", "kind", string(kind), "name", name, "identity", identity)
+	d.log.Info("binding claimed", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, identity)
 	return r, nil
 }
 
@@ -167,7 +168,7 @@ func (d *Dir) Release(_ context.Context, kind Kind, name, by string) (Record, er
 	if err := d.replace(p, tomb); err != nil {
 		return Record{}, err
 	}
-	d.log.Warn("binding released", "kind", string(kind), "name", name, "identity", r.Identity, "by", by)
+	d.log.Warn("binding released", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, r.Identity, logkey.By, by)
 	return r, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/logkey"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,7 +83,7 @@ func NewLeases(cfg LeaseConfig) (*Leases, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Leases{client: cfg.Client, ns: cfg.Namespace, log: cfg.Logger.With("component", "binding")}, nil
+	return &Leases{client: cfg.Client, ns: cfg.Namespace, log: cfg.Logger.With(logkey.Component, "binding")}, nil
 }
 
 // Claim implements Store.
@@ -113,7 +114,7 @@ func (l *Leases) Claim(ctx context.Context, kind Kind, name, identity string) (R
 	} else if err != nil {
 		return Record{}, fmt.Errorf("binding: create lease %s/%s: %w", l.ns, lease.Name, err)
 	}
-	l.log.Info("binding claimed", "kind", string(kind), "name", name, "identity", identity)
+	l.log.Info("binding claimed", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, identity)
 	return record(created)
 }
 
@@ -258,7 +259,7 @@ func (l *Leases) Release(ctx context.Context, kind Kind, name, by string) (Recor
 	if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 		return Record{}, fmt.Errorf("binding: release lease %s/%s (changed meanwhile? retry): %w", l.ns, obj, err)
 	}
-	l.log.Warn("binding released", "kind", string(kind), "name", name, "identity", r.Identity, "by", by)
+	l.log.Warn("binding released", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, r.Identity, logkey.By, by)
 	return r, nil
 }
 

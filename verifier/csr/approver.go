@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
+	"github.com/latchkey/latchkey/internal/logkey"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
@@ -114,7 +115,7 @@ func componentLog(log *slog.Logger, component string) *slog.Logger {
 	if log == nil {
 		log = slog.Default()
 	}
-	return log.With("component", component)
+	return log.With(logkey.Component, component)
 }
 
 // Run watches CSRs until ctx ends.
@@ -146,12 +147,12 @@ func (a *Approver) Handle(ctx context.Context, csr *certv1.CertificateSigningReq
 	}
 	if err := a.write(ctx, csr, v, why); err != nil {
 		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			a.log.Error("could not record CSR decision", "csr", csr.Name, "verdict", v.String(), "err", err)
+			a.log.Error("could not record CSR decision", logkey.CSR, csr.Name, logkey.Verdict, v.String(), logkey.Error, err)
 		}
 		return
 	}
-	a.log.Info("CSR decided", "csr", csr.Name, "signer", csr.Spec.SignerName,
-		"requester", csr.Spec.Username, "verdict", v.String(), "why", why)
+	a.log.Info("CSR decided", logkey.CSR, csr.Name, logkey.Signer, csr.Spec.SignerName,
+		logkey.Requester, csr.Spec.Username, logkey.Verdict, v.String(), logkey.Why, why)
 }
 
 // Decide returns the verdict on csr and why.
@@ -334,6 +335,6 @@ func (a *Approver) event(ctx context.Context, csr *certv1.CertificateSigningRequ
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
 	if _, err := a.cfg.Client.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		a.log.Warn("could not record CSR event", "csr", csr.Name, "err", err)
+		a.log.Warn("could not record CSR event", logkey.CSR, csr.Name, logkey.Error, err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
+	"github.com/latchkey/latchkey/internal/logkey"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
@@ -134,8 +135,8 @@ func (r *Reaper) ObserveNode(ctx context.Context, n *corev1.Node) {
 		return
 	}
 	if err := r.cfg.Revoker.Revoke(ctx, p.tokenID); err != nil {
-		r.log.Warn("could not delete a used bootstrap token; it expires at its TTL", "node", n.Name,
-			"token_id", p.tokenID, "error", err.Error())
+		r.log.Warn("could not delete a used bootstrap token; it expires at its TTL", logkey.Node, n.Name,
+			logkey.TokenID, p.tokenID, logkey.Error, err.Error())
 		return
 	}
 	r.mu.Lock()
@@ -146,7 +147,7 @@ func (r *Reaper) ObserveNode(ctx context.Context, n *corev1.Node) {
 	if r.cfg.OnReaped != nil {
 		r.cfg.OnReaped()
 	}
-	r.log.Info("bootstrap token deleted after use", "node", n.Name, "token_id", p.tokenID)
+	r.log.Info("bootstrap token deleted after use", logkey.Node, n.Name, logkey.TokenID, p.tokenID)
 }
 
 // approvedAt is when the CSR was approved (the certificate follows).

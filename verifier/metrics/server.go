@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/logkey"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -29,7 +30,7 @@ func (m *Metrics) Handler(log *slog.Logger) http.Handler {
 
 type slogPrintln struct{ log *slog.Logger }
 
-func (s slogPrintln) Println(v ...any) { s.log.Warn("metrics", "err", fmt.Sprint(v...)) }
+func (s slogPrintln) Println(v ...any) { s.log.Warn("metrics", logkey.Error, fmt.Sprint(v...)) }
 
 // ListenAndServe serves /metrics on addr until ctx ends. An empty addr
 // means metrics are off: it returns nil at once.

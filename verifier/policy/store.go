@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/latchkey/latchkey/internal/logkey"
 )
 
 // StoreConfig configures a Store.
@@ -98,12 +100,12 @@ func (s *Store) Reload() {
 	}
 	if err != nil {
 		s.cfg.Logger.Error("policy reload refused; the policy in force stays",
-			"path", s.cfg.Path, "policy", s.digest, "error", err)
+			logkey.Path, s.cfg.Path, logkey.Policy, s.digest, logkey.Error, err)
 		s.notify("", err)
 		return
 	}
 	s.install(snap)
-	s.cfg.Logger.Info("policy reloaded", "path", s.cfg.Path, "policy", snap.Digest)
+	s.cfg.Logger.Info("policy reloaded", logkey.Path, s.cfg.Path, logkey.Policy, snap.Digest)
 	s.notify(snap.Digest, nil)
 }
 

@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/latchkey/latchkey/internal/logkey"
 	"github.com/latchkey/latchkey/verifier/binding"
 )
 
@@ -53,14 +54,6 @@ const (
 	DefaultDeadline  = 30 * time.Minute
 	DefaultResync    = 30 * time.Second
 	DefaultLeaseName = "latchkey-reattest-controller"
-)
-
-// Log keys.
-const (
-	logKeyNode   = "node"
-	logKeyState  = "state"
-	logKeyReason = "reason"
-	logKeyError  = "error"
 )
 
 // State of one node.
@@ -146,7 +139,7 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	cfg.Logger = cfg.Logger.With("component", "reattest")
+	cfg.Logger = cfg.Logger.With(logkey.Component, "reattest")
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -172,7 +165,9 @@ func (c *Controller) Run(ctx context.Context) {
 			Name:            c.cfg.LeaseName,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: c.lead,
-				OnStoppedLeading: func() { c.cfg.Logger.Info("re-attestation controller stopped leading", "identity", c.cfg.Identity) },
+				OnStoppedLeading: func() {
+					c.cfg.Logger.Info("re-attestation controller stopped leading", logkey.Identity, c.cfg.Identity)
+				},
 			},
 		})
 	}
@@ -180,13 +175,13 @@ func (c *Controller) Run(ctx context.Context) {
 
 // lead runs passes until the lead is lost (ctx ends).
 func (c *Controller) lead(ctx context.Context) {
-	c.cfg.Logger.Info("re-attestation controller leading", "identity", c.cfg.Identity,
-		"deadline", c.cfg.Deadline.String(), "effect", c.cfg.Effect)
+	c.cfg.Logger.Info("re-attestation controller leading", logkey.Identity, c.cfg.Identity,
+		logkey.Deadline, c.cfg.Deadline.String(), logkey.Effect, c.cfg.Effect)
 	t := time.NewTicker(c.cfg.Resync)
 	defer t.Stop()
 	for {
 		if err := c.Pass(ctx); err != nil && ctx.Err() == nil {
-			c.cfg.Logger.Warn("re-attestation pass incomplete", logKeyError, err.Error())
+			c.cfg.Logger.Warn("re-attestation pass incomplete", logkey.Error, err.Error())
 		}
 		select {
 		case <-ctx.Done():
@@ -239,7 +234,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		}
 		if c.cfg.Effect == EffectNone {
 			if state != Attested {
-				c.cfg.Logger.Warn("node unattested (report-only)", logKeyNode, st.Node, logKeyState, string(state), logKeyReason, reason)
+				c.cfg.Logger.Warn("node unattested (report-only)", logkey.Node, st.Node, logkey.State, string(state), logkey.Reason, reason)
 			}
 			continue
 		}
@@ -300,9 +295,9 @@ func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, state State,
 		return fmt.Errorf("patch node %s taints: %w", node, err)
 	}
 	if want {
-		c.cfg.Logger.Warn("node tainted unattested", logKeyNode, node, logKeyState, string(state), logKeyReason, reason, "effect", c.cfg.Effect)
+		c.cfg.Logger.Warn("node tainted unattested", logkey.Node, node, logkey.State, string(state), logkey.Reason, reason, logkey.Effect, c.cfg.Effect)
 	} else {
-		c.cfg.Logger.Info("node attested again; taint removed", logKeyNode, node)
+		c.cfg.Logger.Info("node attested again; taint removed", logkey.Node, node)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/metrics"
 	"github.com/latchkey/latchkey/verifier/policy"
@@ -84,8 +85,8 @@ func (s *Service) record(ctx context.Context, snap *policy.Snapshot, out *outcom
 	var o *errOverloaded
 	switch {
 	case errors.As(err, &o):
-		s.log.Debug("join refused at admission", "node", out.hello.GetNodeName(),
-			"retry_after_ms", o.retryAfter.Milliseconds())
+		s.log.Debug("join refused at admission", logkey.Node, out.hello.GetNodeName(),
+			logkey.RetryAfterMS, o.retryAfter.Milliseconds())
 		return
 	case out.hello == nil:
 		cause := metrics.NoHelloOther
@@ -98,7 +99,7 @@ func (s *Service) record(ctx context.Context, snap *policy.Snapshot, out *outcom
 			cause = metrics.NoHelloTimeout
 		}
 		s.cfg.Metrics.StreamWithoutHello(cause)
-		s.log.Debug("stream ended without a hello", "reason", reasonOf(err).String(), "error", errString(err))
+		s.log.Debug("stream ended without a hello", logkey.Reason, reasonOf(err).String(), logkey.Error, errString(err))
 		return
 	}
 	s.audit(ctx, snap, out, err)
@@ -113,7 +114,7 @@ func errString(err error) string {
 
 // helloAttrs are the audit fields known once the Hello has arrived.
 func helloAttrs(h *latchkeyv1.Hello) []any {
-	return []any{"request_token", h.GetRequestToken()}
+	return []any{logkey.RequestToken, h.GetRequestToken()}
 }
 
 // auditableHello is what the audit line may print of a Hello that failed

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/metrics"
@@ -126,11 +127,11 @@ func (s *Service) revoke(ctx context.Context, id string, cause error) {
 	defer cancel()
 	if err := s.cfg.Minter.Revoke(rctx, id); err != nil {
 		s.log.Error("revoke undelivered bootstrap token failed; a live token may be stranded",
-			"token_id", id, "cause", cause.Error(), "error", err)
+			logkey.TokenID, id, logkey.Cause, cause.Error(), logkey.Error, err)
 		return
 	}
 	s.cfg.Metrics.TokenRevoked(metrics.RevokeNoAck)
-	s.log.Info("revoked undelivered bootstrap token", "token_id", id, "cause", cause.Error())
+	s.log.Info("revoked undelivered bootstrap token", logkey.TokenID, id, logkey.Cause, cause.Error())
 }
 
 // mintReason: a control-plane token the verifier is not set up to mint is

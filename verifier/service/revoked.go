@@ -8,17 +8,12 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/metrics"
 	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/token"
-)
-
-// Log keys of revocation lines.
-const (
-	logKeyDeny    = "deny"
-	logKeyTokenID = "token_id"
 )
 
 // checkRevoked refuses, as REVOKED, a verified join that matches the
@@ -56,12 +51,12 @@ func revokeDenied(ctx context.Context, m token.Minter, mt *metrics.Metrics, log 
 	defer cancel()
 	if err := m.Revoke(rctx, r.TokenID); err != nil {
 		log.Error("revoke bootstrap token of a denied node failed; retried at the next sweep",
-			"node", r.Name, "identity", r.Identity, logKeyTokenID, r.TokenID, logKeyDeny, entry, "error", err.Error())
+			logkey.Node, r.Name, logkey.Identity, r.Identity, logkey.TokenID, r.TokenID, logkey.Deny, entry, logkey.Error, err.Error())
 		return false
 	}
 	mt.TokenRevoked(metrics.RevokeDenied)
 	log.Warn("revoked bootstrap token of a denied node",
-		"node", r.Name, "identity", r.Identity, logKeyTokenID, r.TokenID, logKeyDeny, entry)
+		logkey.Node, r.Name, logkey.Identity, r.Identity, logkey.TokenID, r.TokenID, logkey.Deny, entry)
 	return true
 }
 
@@ -124,7 +119,7 @@ func (r *Revoker) Run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if _, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Error("revocation sweep failed; retried at the next one", "error", err.Error())
+			r.cfg.Logger.Error("revocation sweep failed; retried at the next one", logkey.Error, err.Error())
 		}
 		select {
 		case <-ctx.Done():

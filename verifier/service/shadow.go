@@ -4,6 +4,7 @@ import (
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/snp"
 	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -68,5 +69,5 @@ func shadowAttrs(out *outcome) []any {
 	if out.shadowDecision == "" {
 		return nil
 	}
-	return []any{"shadow_decision", out.shadowDecision, "shadow_reason", out.shadowReason, "shadow_policy", out.shadowPolicy}
+	return []any{logkey.ShadowDecision, out.shadowDecision, logkey.ShadowReason, out.shadowReason, logkey.ShadowPolicy, out.shadowPolicy}
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/policy"
 )
@@ -84,31 +85,31 @@ func (s *Service) audit(ctx context.Context, snap *policy.Snapshot, out *outcome
 		}
 	}
 	attrs := []any{
-		"node", out.hello.GetNodeName(), "disk_uuid", out.hello.GetDiskUuid(),
-		"role", out.hello.GetRole().String(), "rejoin", out.hello.GetRejoin(), "purpose", purposeLabel(out.hello),
-		"variant", out.hello.GetVariant().String(), "evidence_digest", out.digest,
-		"result", result, "reason", reason, "policy", snap.Digest,
-		"validation_ms", float64(out.validation.Microseconds()) / 1000,
+		logkey.Node, out.hello.GetNodeName(), logkey.DiskUUID, out.hello.GetDiskUuid(),
+		logkey.Role, out.hello.GetRole().String(), logkey.Rejoin, out.hello.GetRejoin(), logkey.Purpose, purposeLabel(out.hello),
+		logkey.Variant, out.hello.GetVariant().String(), logkey.EvidenceDigest, out.digest,
+		logkey.Result, result, logkey.Reason, reason, logkey.Policy, snap.Digest,
+		logkey.ValidationMS, float64(out.validation.Microseconds()) / 1000,
 	}
 	attrs = append(attrs, helloAttrs(out.hello)...)
 	if out.verified != nil {
-		attrs = append(attrs, "identity", out.verified.MachineID)
+		attrs = append(attrs, logkey.Identity, out.verified.MachineID)
 	}
 	if out.boundIdentity != "" {
-		attrs = append(attrs, "bound_identity", out.boundIdentity)
+		attrs = append(attrs, logkey.BoundIdentity, out.boundIdentity)
 	}
 	if out.revoked != "" {
-		attrs = append(attrs, logKeyDeny, out.revoked)
+		attrs = append(attrs, logkey.Deny, out.revoked)
 	}
 	if len(out.adopted) > 0 {
-		attrs = append(attrs, "adopted", strings.Join(out.adopted, ","))
+		attrs = append(attrs, logkey.Adopted, strings.Join(out.adopted, ","))
 	}
 	if out.tokenID != "" {
-		attrs = append(attrs, "token_id", out.tokenID)
+		attrs = append(attrs, logkey.TokenID, out.tokenID)
 	}
 	attrs = append(attrs, shadowAttrs(out)...)
 	if err != nil {
-		attrs = append(attrs, "error", err.Error())
+		attrs = append(attrs, logkey.Error, err.Error())
 	}
 	s.log.Log(ctx, level, "join decision", attrs...)
 	s.cfg.Metrics.Join(out.hello.GetVariant(), asRefusal(err))

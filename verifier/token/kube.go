@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
+	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -106,7 +107,7 @@ func NewKube(cfg KubeConfig) (*Kube, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Kube{cfg: cfg, log: log.With("component", "token")}, nil
+	return &Kube{cfg: cfg, log: log.With(logkey.Component, "token")}, nil
 }
 
 // bundlePinsFromConfig checks configured pins have kubeadm's format.
@@ -155,8 +156,8 @@ func (k *Kube) Mint(ctx context.Context, req Request) (*Grant, error) {
 		return nil, err
 	}
 	g.Expiry = expiry
-	k.log.Info("token minted", "token_id", id, "node", req.NodeName, "role", roleLabel(req.Role),
-		"evidence", req.EvidenceDigest, "expiry", expiry.UTC().Format(time.RFC3339))
+	k.log.Info("token minted", logkey.TokenID, id, logkey.Node, req.NodeName, logkey.Role, roleLabel(req.Role),
+		logkey.EvidenceDigest, req.EvidenceDigest, logkey.Expiry, expiry.UTC().Format(time.RFC3339))
 	return g, nil
 }
 
@@ -250,10 +251,10 @@ func (k *Kube) rollback(id string, cause error) {
 	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 	defer cancel()
 	if err := k.Revoke(ctx, id); err != nil {
-		k.log.Error("failed mint left a token behind", "token_id", id, "cause", cause, "error", err)
+		k.log.Error("failed mint left a token behind", logkey.TokenID, id, logkey.Cause, cause, logkey.Error, err)
 		return
 	}
-	k.log.Warn("mint failed, token deleted", "token_id", id, "cause", cause)
+	k.log.Warn("mint failed, token deleted", logkey.TokenID, id, logkey.Cause, cause)
 }
 
 // Revoke deletes the token Secret and the kubeadm-certs Secret it owns.
@@ -273,6 +274,6 @@ func (k *Kube) Revoke(ctx context.Context, id string) error {
 	if err := deleteOwnedCerts(ctx, k.cfg.Client, name); err != nil {
 		return fmt.Errorf("delete certificates of token %s: %w", id, err)
 	}
-	k.log.Info("token revoked", "token_id", id)
+	k.log.Info("token revoked", logkey.TokenID, id)
 	return nil
 }

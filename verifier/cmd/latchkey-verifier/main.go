@@ -31,6 +31,7 @@ import (
 	"github.com/latchkey/latchkey/internal/cli"
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/logging"
+	"github.com/latchkey/latchkey/internal/logkey"
 	"github.com/latchkey/latchkey/internal/sdnotify"
 	"github.com/latchkey/latchkey/internal/version"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
@@ -159,7 +160,7 @@ func serve(args []string, stderr io.Writer) int {
 	log := logging.NewLogger(f.logLevel)
 	// fail logs why serve gives up and under which exit code.
 	fail := func(code int, msg string, err error) int {
-		log.Error(msg, "exit", exitcode.Name(code), "error", err.Error())
+		log.Error(msg, logkey.Exit, exitcode.Name(code), logkey.Error, err.Error())
 		return code
 	}
 	cfg, err := f.load()
@@ -182,7 +183,7 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	go func() {
 		if err := notify.Watchdog(ctx, v.Healthy); err != nil {
-			log.Error("watchdog", "error", err.Error())
+			log.Error("watchdog", logkey.Error, err.Error())
 		}
 	}()
 	go func() { <-ctx.Done(); _ = notify.Stopping() }()
