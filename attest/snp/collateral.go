@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/google/go-sev-guest/abi"
+	"github.com/latchkey/latchkey/internal/logkey"
 )
 
 // ErrCollateralMissing says a cache holds no certificate under the name
@@ -131,7 +132,7 @@ func (c *Collateral) fromDisk(productLine, name string) ([]byte, error) {
 			return der, nil
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			c.log.Warn("snp collateral: read cached VCEK", "product", line, "file", name, "err", err)
+			c.log.Warn("snp collateral: read cached VCEK", logkey.Product, line, logkey.File, name, logkey.Error, err)
 		}
 	}
 	return nil, ErrCollateralMissing
@@ -147,7 +148,7 @@ func (c *Collateral) fromStore(ctx context.Context, name string) ([]byte, error)
 	}
 	if err != nil {
 		if !errors.Is(err, ErrCollateralMissing) {
-			c.log.Warn("snp collateral: shared store", "file", name, "err", err)
+			c.log.Warn("snp collateral: shared store", logkey.File, name, logkey.Error, err)
 		}
 		return nil, ErrCollateralMissing
 	}

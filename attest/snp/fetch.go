@@ -22,6 +22,7 @@ import (
 
 	"github.com/latchkey/latchkey/internal/atomicfile"
 	"github.com/latchkey/latchkey/internal/clock"
+	"github.com/latchkey/latchkey/internal/logkey"
 )
 
 // FetchCollateral downloads, through getter, the VCEK of chipID at tcb
@@ -190,7 +191,7 @@ func (g *KDSGetter) GetContext(ctx context.Context, url string) ([]byte, error) 
 			d = retryAfter
 		}
 		d = min(d, maxWait)
-		g.logger().Info("kds: retrying", "url", url, "attempt", attempt, "wait", d, "err", err)
+		g.logger().Info("kds: retrying", logkey.URL, url, logkey.Attempt, attempt, logkey.RetryIn, d, logkey.Error, err)
 		if err := g.sleep(ctx, d); err != nil {
 			return nil, errors.Join(lastErr, err)
 		}

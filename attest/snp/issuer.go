@@ -13,6 +13,7 @@ import (
 	spb "github.com/google/go-sev-guest/proto/sevsnp"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -92,7 +93,7 @@ func (i *Issuer) Attest(ctx context.Context, binding []byte) (attest.Attestation
 	if err != nil {
 		return nil, fmt.Errorf("snp: %w", err)
 	}
-	i.log.Info("snp report", "certificate_table_bytes", len(table))
+	i.log.Info("snp report", logkey.CertificateTableBytes, len(table))
 	return &attestation{evidence: ev}, nil
 }
 
