@@ -31,6 +31,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/latchkey/latchkey/internal/logkey"
 )
 
 // DefaultPath is the PATH children get when Config.Path is empty.
@@ -235,18 +237,18 @@ func trimStderr(b []byte) string {
 
 func (e *Exec) log(ctx context.Context, cmd Cmd, res Result, err error) {
 	attrs := []slog.Attr{
-		slog.String("cmd", cmd.Name),
-		slog.Any("args", cmd.Args),
-		slog.Bool("stdin", cmd.Stdin != nil),
-		slog.Int("exit", res.ExitCode),
-		slog.Duration("duration", res.Duration),
+		slog.String(logkey.Command, cmd.Name),
+		slog.Any(logkey.Args, cmd.Args),
+		slog.Bool(logkey.Stdin, cmd.Stdin != nil),
+		slog.Int(logkey.Exit, res.ExitCode),
+		slog.Duration(logkey.Duration, res.Duration),
 	}
 	level := slog.LevelDebug
 	if err != nil && !slices.Contains(cmd.AnswerExitCodes, ExitCode(err)) {
 		level = slog.LevelWarn
 	}
 	if err != nil {
-		attrs = append(attrs, slog.String("err", err.Error()))
+		attrs = append(attrs, slog.String(logkey.Error, err.Error()))
 	}
 	e.cfg.Logger.LogAttrs(ctx, level, "exec", attrs...)
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	"github.com/latchkey/latchkey/internal/logkey"
 	"github.com/latchkey/latchkey/internal/peercred"
 )
 
@@ -60,7 +61,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	log = log.With("component", "localapi")
+	log = log.With(logkey.Component, "localapi")
 	opts := append(peercred.ServerOptions(cfg.Access),
 		grpc.ChainUnaryInterceptor(logCalls(log)),
 		grpc.MaxRecvMsgSize(MaxRequestSize),
@@ -106,9 +107,9 @@ func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
 		if err != nil {
 			level = slog.LevelWarn
 		}
-		log.Log(ctx, level, "admin call", "method", info.FullMethod,
-			"uid", c.UID, "gid", c.GID, "pid", c.PID,
-			"code", status.Code(err).String(), "duration", time.Since(start))
+		log.Log(ctx, level, "admin call", logkey.Method, info.FullMethod,
+			logkey.UID, c.UID, logkey.GID, c.GID, logkey.PID, c.PID,
+			logkey.Code, status.Code(err).String(), logkey.Duration, time.Since(start))
 		return resp, err
 	}
 }

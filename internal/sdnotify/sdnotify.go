@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/latchkey/latchkey/internal/logkey"
 )
 
 // maxStatus bounds a STATUS= line: systemd reads notifications into a
@@ -152,11 +153,11 @@ func (n *Notifier) pingOnce(ctx context.Context, budget time.Duration, healthy f
 		err := healthy(hctx)
 		cancel()
 		if err != nil {
-			n.log.Warn("health check failed; watchdog ping withheld", "err", err)
+			n.log.Warn("health check failed; watchdog ping withheld", logkey.Error, err)
 			return
 		}
 	}
 	if err := n.notify(daemon.SdNotifyWatchdog); err != nil {
-		n.log.Warn("watchdog ping failed", "err", err)
+		n.log.Warn("watchdog ping failed", logkey.Error, err)
 	}
 }

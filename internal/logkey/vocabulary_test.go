@@ -1,0 +1,228 @@
+package logkey_test
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// productDirs are the trees whose non-test code must log with the
+// vocabulary's constants.
+var productDirs = []string{"agent", "verifier", "attest", "internal"}
+
+// attrConstructors are the log/slog functions whose first argument is a key.
+var attrConstructors = map[string]bool{
+	"String": true, "Int": true, "Int64": true, "Uint64": true, "Float64": true,
+	"Bool": true, "Time": true, "Duration": true, "Any": true, "Group": true,
+}
+
+// logMethods are the slog.Logger methods (and package functions) that take
+// a message and then alternating keys and values or Attrs. With takes only
+// keys and values.
+var logMethods = map[string]int{
+	"Debug": 1, "Info": 1, "Warn": 1, "Error": 1,
+	"DebugContext": 2, "InfoContext": 2, "WarnContext": 2, "ErrorContext": 2,
+	"Log": 3, "With": 0,
+}
+
+// loggerName matches the receivers of slog calls in the tree: the slog
+// package, and every logger variable or field (log, logger, Logger,
+// logger()). A receiver that does not look like a logger (status.Error,
+// err.Error) is not a slog call.
+var loggerName = regexp.MustCompile(`(?i)^(slog|log|logger|l|lg)$|log$|logger$`)
+
+// finding is one key that is not a logkey constant.
+type finding struct {
+	pos token.Position
+	key string
+}
+
+func (f finding) String() string { return fmt.Sprintf("%s: key %s", f.pos, f.key) }
+
+// TestKeysAreConstants fails when non-test code in the product names a log
+// key with anything but a constant of package logkey: a string literal, a
+// local constant or a variable. One vocabulary means a key is spelled once,
+// so a grep of the journal (scripts/vm, docs) finds every line that carries it.
+func TestKeysAreConstants(t *testing.T) {
+	root := filepath.Join("..", "..")
+	var found []finding
+	for _, dir := range productDirs {
+		found = append(found, scanTree(t, root, dir)...)
+	}
+	for _, f := range found {
+		t.Error(f)
+	}
+}
+
+func scanTree(t *testing.T, root, dir string) []finding {
+	t.Helper()
+	var found []finding
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		file, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		found = append(found, scanFile(fset, file)...)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+func scanFile(fset *token.FileSet, file *ast.File) []finding {
+	var found []finding
+	for _, key := range keyExprs(file) {
+		if !isLogkeyConst(key) {
+			found = append(found, finding{fset.Position(key.Pos()), exprString(key)})
+		}
+	}
+	return found
+}
+
+// keyExprs returns every expression in file that stands where slog takes
+// a key: the first argument of an Attr constructor (slog.String), the Key
+// of an slog.Attr literal, the keys among the alternating keys and values
+// of a Logger method (Info, Log, With, ...), and those of a key-value
+// list built for one: a []any literal, or an append to a slice whose name
+// ends in attrs.
+func keyExprs(file *ast.File) []ast.Expr {
+	var keys []ast.Expr
+	pairs := func(args []ast.Expr) {
+		for i := 0; i < len(args); {
+			if isAttr(args[i]) {
+				i++
+				continue
+			}
+			keys = append(keys, args[i])
+			i += 2
+		}
+	}
+	ast.Inspect(file, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.CompositeLit:
+			switch {
+			case isSlogSel(n.Type, "Attr"):
+				for _, e := range n.Elts {
+					if kv, ok := e.(*ast.KeyValueExpr); ok && exprString(kv.Key) == "Key" {
+						keys = append(keys, kv.Value)
+					}
+				}
+			case isAnySlice(n.Type):
+				pairs(n.Elts)
+			}
+		case *ast.CallExpr:
+			args := n.Args
+			if n.Ellipsis.IsValid() {
+				args = args[:len(args)-1]
+			}
+			if id, ok := n.Fun.(*ast.Ident); ok && id.Name == "append" && len(args) > 1 &&
+				attrsName.MatchString(receiverName(args[0])) {
+				pairs(args[1:])
+				return true
+			}
+			sel, ok := n.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if isSlogSel(sel, "") && attrConstructors[sel.Sel.Name] && len(n.Args) > 0 {
+				keys = append(keys, n.Args[0])
+				return true
+			}
+			first, ok := logMethods[sel.Sel.Name]
+			if ok && loggerName.MatchString(receiverName(sel.X)) && len(args) > first {
+				pairs(args[first:])
+			}
+		}
+		return true
+	})
+	return keys
+}
+
+// attrsName matches the slices key-value lists are built in (attrs).
+var attrsName = regexp.MustCompile(`(?i)attrs$`)
+
+func isAnySlice(e ast.Expr) bool {
+	at, ok := e.(*ast.ArrayType)
+	if !ok || at.Len != nil {
+		return false
+	}
+	switch elt := at.Elt.(type) {
+	case *ast.Ident:
+		return elt.Name == "any"
+	case *ast.InterfaceType:
+		return len(elt.Methods.List) == 0
+	}
+	return false
+}
+
+// isAttr reports whether e is visibly an slog.Attr: a call of one of its
+// constructors or a composite literal.
+func isAttr(e ast.Expr) bool {
+	switch e := e.(type) {
+	case *ast.CallExpr:
+		sel, ok := e.Fun.(*ast.SelectorExpr)
+		return ok && isSlogSel(sel, "") && attrConstructors[sel.Sel.Name]
+	case *ast.CompositeLit:
+		return isSlogSel(e.Type, "Attr")
+	}
+	return false
+}
+
+func isSlogSel(e ast.Expr, name string) bool {
+	sel, ok := e.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	id, ok := sel.X.(*ast.Ident)
+	return ok && id.Name == "slog" && (name == "" || sel.Sel.Name == name)
+}
+
+func isLogkeyConst(e ast.Expr) bool {
+	sel, ok := e.(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	id, ok := sel.X.(*ast.Ident)
+	return ok && id.Name == "logkey"
+}
+
+// receiverName is the last name of a call's receiver: "log" for
+// a.cfg.log, "logger" for g.logger().
+func receiverName(e ast.Expr) string {
+	switch e := e.(type) {
+	case *ast.Ident:
+		return e.Name
+	case *ast.SelectorExpr:
+		return e.Sel.Name
+	case *ast.CallExpr:
+		return receiverName(e.Fun)
+	}
+	return ""
+}
+
+func exprString(e ast.Expr) string {
+	switch e := e.(type) {
+	case *ast.BasicLit:
+		return e.Value
+	case *ast.Ident:
+		return e.Name
+	case *ast.SelectorExpr:
+		return exprString(e.X) + "." + e.Sel.Name
+	}
+	return fmt.Sprintf("%T", e)
+}
