@@ -8,13 +8,15 @@ import (
 	"io/fs"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
 
 // productDirs are the trees whose non-test code must log with the
 // vocabulary's constants.
-var productDirs = []string{"agent", "verifier", "attest", "internal"}
+var productDirs = []string{"agent", "verifier", "attest", "internal", "protocol"}
 
 // attrConstructors are the log/slog functions whose first argument is a key.
 var attrConstructors = map[string]bool{
@@ -23,8 +25,9 @@ var attrConstructors = map[string]bool{
 }
 
 // logMethods are the slog.Logger methods (and package functions) that take
-// a message and then alternating keys and values or Attrs. With takes only
-// keys and values.
+// alternating keys and values or Attrs, each with the index of its first
+// key: after the message, and the context and level before it (Log); With
+// takes only keys and values.
 var logMethods = map[string]int{
 	"Debug": 1, "Info": 1, "Warn": 1, "Error": 1,
 	"DebugContext": 2, "InfoContext": 2, "WarnContext": 2, "ErrorContext": 2,
@@ -35,7 +38,7 @@ var logMethods = map[string]int{
 // package, and every logger variable or field (log, logger, Logger,
 // logger()). A receiver that does not look like a logger (status.Error,
 // err.Error) is not a slog call.
-var loggerName = regexp.MustCompile(`(?i)^(slog|log|logger|l|lg)$|log$|logger$`)
+var loggerName = regexp.MustCompile(`(?i)(log|logger)$`)
 
 // finding is one key that is not a logkey constant.
 type finding struct {
@@ -91,6 +94,7 @@ func scanFile(fset *token.FileSet, file *ast.File) []finding {
 			found = append(found, finding{fset.Position(key.Pos()), exprString(key)})
 		}
 	}
+	slices.SortFunc(found, func(a, b finding) int { return a.pos.Offset - b.pos.Offset })
 	return found
 }
 
@@ -117,9 +121,11 @@ func keyExprs(file *ast.File) []ast.Expr {
 		case *ast.CompositeLit:
 			switch {
 			case isSlogSel(n.Type, "Attr"):
+				keys = append(keys, attrLitKey(n)...)
+			case isAttrSlice(n.Type):
 				for _, e := range n.Elts {
-					if kv, ok := e.(*ast.KeyValueExpr); ok && exprString(kv.Key) == "Key" {
-						keys = append(keys, kv.Value)
+					if cl, ok := e.(*ast.CompositeLit); ok && cl.Type == nil {
+						keys = append(keys, attrLitKey(cl)...)
 					}
 				}
 			case isAnySlice(n.Type):
@@ -151,6 +157,22 @@ func keyExprs(file *ast.File) []ast.Expr {
 		return true
 	})
 	return keys
+}
+
+// attrLitKey is the Key of an slog.Attr literal, if it names one.
+func attrLitKey(cl *ast.CompositeLit) []ast.Expr {
+	for _, e := range cl.Elts {
+		if kv, ok := e.(*ast.KeyValueExpr); ok && exprString(kv.Key) == "Key" {
+			return []ast.Expr{kv.Value}
+		}
+	}
+	return nil
+}
+
+// isAttrSlice reports whether e is the type []slog.Attr.
+func isAttrSlice(e ast.Expr) bool {
+	at, ok := e.(*ast.ArrayType)
+	return ok && isSlogSel(at.Elt, "Attr")
 }
 
 // attrsName matches the slices key-value lists are built in (attrs).
@@ -202,7 +224,7 @@ func isLogkeyConst(e ast.Expr) bool {
 }
 
 // receiverName is the last name of a call's receiver: "log" for
-// a.cfg.log, "logger" for g.logger().
+// a.cfg.log and a.log.With(...), "logger" for g.logger().
 func receiverName(e ast.Expr) string {
 	switch e := e.(type) {
 	case *ast.Ident:
@@ -210,6 +232,10 @@ func receiverName(e ast.Expr) string {
 	case *ast.SelectorExpr:
 		return e.Sel.Name
 	case *ast.CallExpr:
+		// log.With(...).Info: the logger With derived.
+		if sel, ok := e.Fun.(*ast.SelectorExpr); ok && (sel.Sel.Name == "With" || sel.Sel.Name == "WithGroup") {
+			return receiverName(sel.X)
+		}
 		return receiverName(e.Fun)
 	}
 	return ""
@@ -225,4 +251,81 @@ func exprString(e ast.Expr) string {
 		return exprString(e.X) + "." + e.Sel.Name
 	}
 	return fmt.Sprintf("%T", e)
+}
+
+// TestScannerFindsEveryKeyForm keeps TestKeysAreConstants honest: each way
+// a key can be written as a literal is found, at its position, and keys
+// from logkey, values and messages are not.
+func TestScannerFindsEveryKeyForm(t *testing.T) {
+	const src = `package p
+
+func f() {
+	log.Info("msg", "k1", v, logkey.Node, "value", slog.String("k2", v))
+	l.cfg.Logger.Log(ctx, slog.LevelInfo, "msg", slog.Int(logkey.Attempt, 1), "k3", v)
+	a.log.With("k4", v).Warn("msg", "k5", "value")
+	g.logger().ErrorContext(ctx, "msg", errKey, v)
+	attrs := []any{"k6", v, logkey.Result, "accepted"}
+	attrs = append(attrs, "k7", v)
+	_ = []slog.Attr{{Key: "k8"}, slog.Bool("k9", true), slog.Group("k10")}
+	_ = slog.Attr{Key: logkey.Error}
+	status.Error(codes.Internal, "not a log call")
+	t.Error("not", "a", "log", "call")
+	_ = append(args, "--flag", v)
+	_ = fmt.Sprint([]string{"x"})
+}
+`
+	fset := token.NewFileSet()
+	file, err := parser.ParseFile(fset, "p.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range scanFile(fset, file) {
+		got = append(got, fmt.Sprintf("%d:%s", f.pos.Line, f.key))
+	}
+	want := []string{`4:"k1"`, `4:"k2"`, `5:"k3"`, `6:"k4"`, `6:"k5"`, `7:errKey`, `8:"k6"`,
+		`9:"k7"`, `10:"k8"`, `10:"k9"`, `10:"k10"`}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("found\n  %v\nwant\n  %v", got, want)
+	}
+}
+
+// TestOneNamePerConcept fails when two constants spell the same key (a
+// synonym under another name) or a key is not lower snake case, the form
+// every grep of the journal expects.
+func TestOneNamePerConcept(t *testing.T) {
+	fset := token.NewFileSet()
+	file, err := parser.ParseFile(fset, "logkey.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snake := regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+	seen := map[string]string{}
+	for _, d := range file.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, s := range g.Specs {
+			vs := s.(*ast.ValueSpec)
+			name := vs.Names[0].Name
+			key, err := strconv.Unquote(vs.Values[0].(*ast.BasicLit).Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if other, dup := seen[key]; dup {
+				t.Errorf("%s and %s are both %q", other, name, key)
+			}
+			seen[key] = name
+			if !snake.MatchString(key) {
+				t.Errorf("%s = %q is not lower snake case", name, key)
+			}
+			if vs.Doc == nil || !strings.HasPrefix(vs.Doc.Text(), name+" ") {
+				t.Errorf("%s has no doc comment saying what it holds", name)
+			}
+		}
+	}
+	if len(seen) < 50 {
+		t.Errorf("read %d keys from logkey.go; the parse missed some", len(seen))
+	}
 }
