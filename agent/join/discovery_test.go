@@ -2,39 +2,22 @@ package join
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/hex"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/internal/pkitest"
 )
 
 // testCA is a CA certificate (PEM) and its kubeadm-style pin.
 func testCA(t *testing.T, name string) (pemBytes []byte, pin string) {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, IsCA: true,
-		BasicConstraintsValid: true, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), "sha256:" + hex.EncodeToString(sum[:])
+	ca := pkitest.NewCA(t, name)
+	return ca.PEM(), ca.Pin()
 }
 
 func fileTicket(t *testing.T) Ticket {

@@ -2,22 +2,17 @@ package ticket
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/attesttest"
+	"github.com/latchkey/latchkey/internal/pkitest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -25,14 +20,7 @@ import (
 // that completes handshakes and nothing more.
 func tlsVerifier(t *testing.T) string {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "impostor"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := tls.Listen("tcp", "127.0.0.1:0", atls.ServerConfig(tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}))
+	lis, err := tls.Listen("tcp", "127.0.0.1:0", atls.ServerConfig(pkitest.SelfSigned(t, "impostor").TLSCertificate()))
 	if err != nil {
 		t.Fatal(err)
 	}
