@@ -1,25 +1,20 @@
 package atls
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
-	"math/big"
 	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/latchkey/latchkey/internal/pkitest"
 )
 
 // issued is a certificate made in the test with its key.
-type issued struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
+type issued = pkitest.Cert
 
 // testPKI is a real three-level chain (root → intermediate → leaf) plus the
 // certificates the negative cases need.
@@ -28,35 +23,6 @@ type testPKI struct {
 	other             *issued // an unrelated root CA
 	clientLeaf        *issued // signed by inter, but for client auth only
 	expiredLeaf       *issued // signed by inter, expired an hour ago
-}
-
-var serial int64
-
-func issue(t *testing.T, tmpl *x509.Certificate, parent *issued) *issued {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial++
-	tmpl.SerialNumber = big.NewInt(serial)
-	if tmpl.NotBefore.IsZero() {
-		tmpl.NotBefore = time.Now().Add(-time.Hour)
-		tmpl.NotAfter = time.Now().Add(time.Hour)
-	}
-	signer, signerCert := key, tmpl
-	if parent != nil {
-		signer, signerCert = parent.key, parent.cert
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signerCert, &key.PublicKey, signer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &issued{cert: cert, key: key}
 }
 
 func caTemplate(name string) *x509.Certificate {
@@ -80,15 +46,15 @@ func leafTemplate(name string, eku x509.ExtKeyUsage) *x509.Certificate {
 func newTestPKI(t *testing.T) *testPKI {
 	t.Helper()
 	p := &testPKI{}
-	p.root = issue(t, caTemplate("latchkey test root"), nil)
-	p.inter = issue(t, caTemplate("latchkey test intermediate"), p.root)
-	p.leaf = issue(t, leafTemplate("verifier.test", x509.ExtKeyUsageServerAuth), p.inter)
-	p.other = issue(t, caTemplate("unrelated root"), nil)
-	p.clientLeaf = issue(t, leafTemplate("client.test", x509.ExtKeyUsageClientAuth), p.inter)
+	p.root = pkitest.Issue(t, caTemplate("latchkey test root"), nil)
+	p.inter = pkitest.Issue(t, caTemplate("latchkey test intermediate"), p.root)
+	p.leaf = pkitest.Issue(t, leafTemplate("verifier.test", x509.ExtKeyUsageServerAuth), p.inter)
+	p.other = pkitest.Issue(t, caTemplate("unrelated root"), nil)
+	p.clientLeaf = pkitest.Issue(t, leafTemplate("client.test", x509.ExtKeyUsageClientAuth), p.inter)
 	expired := leafTemplate("expired.test", x509.ExtKeyUsageServerAuth)
 	expired.NotBefore = time.Now().Add(-2 * time.Hour)
 	expired.NotAfter = time.Now().Add(-time.Hour)
-	p.expiredLeaf = issue(t, expired, p.inter)
+	p.expiredLeaf = pkitest.Issue(t, expired, p.inter)
 	return p
 }
 
@@ -96,7 +62,7 @@ func newTestPKI(t *testing.T) *testPKI {
 // from the public key.
 func pinOf(t *testing.T, c *issued) Pin {
 	t.Helper()
-	spki, err := x509.MarshalPKIXPublicKey(&c.key.PublicKey)
+	spki, err := x509.MarshalPKIXPublicKey(&c.Key.PublicKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,9 +78,9 @@ func pinOf(t *testing.T, c *issued) Pin {
 // with pins. It returns the client's and the server's handshake errors.
 func handshake(t *testing.T, chain []*issued, pins []Pin, serverName string) (clientErr, serverErr error) {
 	t.Helper()
-	cert := tls.Certificate{PrivateKey: chain[0].key}
+	cert := tls.Certificate{PrivateKey: chain[0].Key}
 	for _, c := range chain {
-		cert.Certificate = append(cert.Certificate, c.cert.Raw)
+		cert.Certificate = append(cert.Certificate, c.Cert.Raw)
 	}
 	clientCfg, err := ClientConfigFor(pins, false, serverName)
 	if err != nil {
@@ -328,7 +294,7 @@ func TestClientConfigWithoutPins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert := tls.Certificate{Certificate: [][]byte{p.other.cert.Raw}, PrivateKey: p.other.key}
+	cert := tls.Certificate{Certificate: [][]byte{p.other.Cert.Raw}, PrivateKey: p.other.Key}
 	if cErr, sErr := runHandshake(t, ServerConfig(cert), cfg); cErr != nil || sErr != nil {
 		t.Fatalf("insecure handshake: client %v, server %v", cErr, sErr)
 	}
@@ -337,7 +303,7 @@ func TestClientConfigWithoutPins(t *testing.T) {
 // TestTLS13Only checks both configurations refuse a TLS 1.2 peer.
 func TestTLS13Only(t *testing.T) {
 	p := newTestPKI(t)
-	cert := tls.Certificate{Certificate: [][]byte{p.leaf.cert.Raw}, PrivateKey: p.leaf.key}
+	cert := tls.Certificate{Certificate: [][]byte{p.leaf.Cert.Raw}, PrivateKey: p.leaf.Key}
 	client, err := ClientConfig([]Pin{pinOf(t, p.leaf)}, false)
 	if err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@ import (
 // second session's binding differs (replay on another session fails).
 func TestSessionBindingAgreesAcrossTheHandshake(t *testing.T) {
 	p := newTestPKI(t)
-	cert := tls.Certificate{Certificate: [][]byte{p.leaf.cert.Raw, p.inter.cert.Raw}, PrivateKey: p.leaf.key}
+	cert := tls.Certificate{Certificate: [][]byte{p.leaf.Cert.Raw, p.inter.Cert.Raw}, PrivateKey: p.leaf.Key}
 	clientCfg, err := ClientConfigFor([]Pin{pinOf(t, p.root), pinOf(t, p.inter)}, false, "verifier.test")
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestSessionBindingAgreesAcrossTheHandshake(t *testing.T) {
 
 func TestExporterRefuses(t *testing.T) {
 	p := newTestPKI(t)
-	cert := tls.Certificate{Certificate: [][]byte{p.leaf.cert.Raw}, PrivateKey: p.leaf.key}
+	cert := tls.Certificate{Certificate: [][]byte{p.leaf.Cert.Raw}, PrivateKey: p.leaf.Key}
 	tls12 := func(c *tls.Config) *tls.Config {
 		c.MinVersion, c.MaxVersion = tls.VersionTLS12, tls.VersionTLS12
 		return c

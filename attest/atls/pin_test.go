@@ -15,11 +15,11 @@ func sha256Hex(b []byte) string {
 func TestPinOf(t *testing.T) {
 	p := newTestPKI(t)
 	for _, c := range []*issued{p.root, p.inter, p.leaf} {
-		if got, want := PinOf(c.cert), pinOf(t, c); got != want {
-			t.Errorf("PinOf(%s) = %s, want %s", c.cert.Subject.CommonName, got, want)
+		if got, want := PinOf(c.Cert), pinOf(t, c); got != want {
+			t.Errorf("PinOf(%s) = %s, want %s", c.Cert.Subject.CommonName, got, want)
 		}
 	}
-	if PinOf(p.leaf.cert) == PinOf(p.inter.cert) {
+	if PinOf(p.leaf.Cert) == PinOf(p.inter.Cert) {
 		t.Fatal("two keys share a pin")
 	}
 }
@@ -68,7 +68,7 @@ func TestParsePin(t *testing.T) {
 
 func TestParsePins(t *testing.T) {
 	p := newTestPKI(t)
-	a, b := PinOf(p.leaf.cert), PinOf(p.root.cert)
+	a, b := PinOf(p.leaf.Cert), PinOf(p.root.Cert)
 	got, err := ParsePins([]string{a.String(), b.String()})
 	if err != nil || len(got) != 2 || got[0] != a || got[1] != b {
 		t.Fatalf("ParsePins = %v, %v", got, err)

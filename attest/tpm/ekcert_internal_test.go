@@ -1,66 +1,41 @@
 package tpm
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/latchkey/latchkey/internal/pkitest"
 )
 
 // testCA issues EK-style certificates: empty subject, critical
 // subjectAltName, as the TCG EK credential profile prescribes.
 type testCA struct {
+	ca   *pkitest.Cert
 	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
 	pool *x509.CertPool
 }
 
 func newTestCA(t *testing.T) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test ek ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
+	ca := pkitest.NewCA(t, "test ek ca")
 	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
+	pool.AddCert(ca.Cert)
+	return &testCA{ca: ca, cert: ca.Cert, pool: pool}
 }
 
 // issue certifies ek with a critical subjectAltName whose value is san.
 func (ca *testCA) issue(t *testing.T, ek *rsa.PublicKey, san []byte) *x509.Certificate {
 	t.Helper()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+	return ca.ca.Certify(t, &x509.Certificate{
 		KeyUsage:        x509.KeyUsageKeyEncipherment,
 		ExtraExtensions: []pkix.Extension{{Id: oidSubjectAltName, Critical: true, Value: san}},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, ek, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
+	}, ek)
 }
 
 // tpmSAN is a GeneralNames holding one directoryName with the TCG
