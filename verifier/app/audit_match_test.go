@@ -9,6 +9,7 @@ import (
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/internal/logkey"
+	"github.com/latchkey/latchkey/internal/logtest"
 )
 
 // The node's success line and the verifier's audit line name the same
@@ -16,7 +17,7 @@ import (
 // node's line never carries the key or the token secret.
 func TestAgentSuccessLineMatchesVerifierAuditLine(t *testing.T) {
 	r := newRig(t, rigOpts{})
-	agentLog := &lockedBuffer{}
+	agentLog := &logtest.Buffer{}
 	c := r.agentWith(t, ticket.Config{Issuer: r.issuer(t), Timeout: 30 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(agentLog, nil))})
 	tk, err := c.Get(context.Background(), worker())

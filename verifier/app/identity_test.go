@@ -27,6 +27,7 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/localapi"
+	"github.com/latchkey/latchkey/internal/logtest"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/app"
@@ -58,7 +59,7 @@ func newIDRig(t *testing.T, pol map[string]any, leases, adopt bool) *idRig {
 	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
 		ClusterSalt: "test-cluster", StateDir: filepath.Join(dir, "state"),
 		AdminSocket: filepath.Join(dir, "admin.sock"), Identity: app.Identity{AdoptUnbound: adopt}}
-	r := &rig{client: signingClientset(t), logs: &lockedBuffer{}}
+	r := &rig{client: signingClientset(t), logs: &logtest.Buffer{}}
 	if leases {
 		var err error
 		r.bindings, err = binding.NewLeases(binding.LeaseConfig{Client: r.client, Logger: slog.New(slog.NewTextHandler(r.logs, nil))})

@@ -8,19 +8,11 @@ package app_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -43,6 +35,8 @@ import (
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/internal/logtest"
+	"github.com/latchkey/latchkey/internal/pkitest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/binding"
@@ -63,24 +57,7 @@ type rig struct {
 	addr   string
 	pin    atls.Pin
 	client *fake.Clientset
-	logs   *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs   *logtest.Buffer
 }
 
 // rigOpts shape the policy the verifier starts with.
@@ -125,7 +102,7 @@ func writeYAML(t testing.TB, path string, v any) {
 
 func startRig(t testing.TB, sim *tpmtest.Simulator, cfg *app.Config) *rig {
 	t.Helper()
-	r := &rig{sim: sim, client: signingClientset(t), logs: &lockedBuffer{}}
+	r := &rig{sim: sim, client: signingClientset(t), logs: &logtest.Buffer{}}
 	startAssembled(t, r, cfg, fakeSignedMinter(t, r))
 	return r
 }
@@ -178,20 +155,11 @@ type clusterCA struct {
 }
 
 func newTestClusterCA() clusterCA {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kubernetes"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		panic(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	p := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	ca := pkitest.NewCA(nil, "kubernetes")
+	p := ca.PEM()
 	info := "apiVersion: v1\nkind: Config\nclusters:\n- name: \"\"\n  cluster:\n    server: https://10.96.0.1:6443\n" +
 		"    certificate-authority-data: " + base64.StdEncoding.EncodeToString(p) + "\n"
-	return clusterCA{pem: string(p), clusterInfo: info, pin: "sha256:" + hex.EncodeToString(sum[:])}
+	return clusterCA{pem: string(p), clusterInfo: info, pin: ca.Pin()}
 }
 
 // signingClientset is a fake clientset with a kubeadm-style cluster-info

@@ -16,6 +16,7 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/k8stest"
+	"github.com/latchkey/latchkey/internal/logtest"
 	"github.com/latchkey/latchkey/verifier/app"
 )
 
@@ -35,7 +36,7 @@ func kubeRig(tb testing.TB) *rig {
 	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
 		ClusterSalt: "k8s-bench", StateDir: filepath.Join(dir, "state"), AdminSocket: "-",
 		Kubernetes: &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]}}
-	r := &rig{sim: sim, logs: &lockedBuffer{}}
+	r := &rig{sim: sim, logs: &logtest.Buffer{}}
 	startAssembled(tb, r, cfg, nil)
 	return r
 }

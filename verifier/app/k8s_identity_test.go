@@ -26,6 +26,7 @@ import (
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/k8stest"
+	"github.com/latchkey/latchkey/internal/logtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/csr"
@@ -97,7 +98,7 @@ func TestK8sIdentityNodeCertificate(t *testing.T) {
 	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
 		ClusterSalt: "k8s-identity", StateDir: filepath.Join(dir, "state"), AdminSocket: "-",
 		Kubernetes: &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]}}
-	r := &idRig{rig: &rig{logs: &lockedBuffer{}}, cfg: cfg}
+	r := &idRig{rig: &rig{logs: &logtest.Buffer{}}, cfg: cfg}
 	startAssembled(t, r.rig, cfg, nil)
 	admin := env.Admin(t)
 	tokens := func() int {

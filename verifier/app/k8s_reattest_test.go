@@ -5,7 +5,6 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"github.com/latchkey/latchkey/internal/k8stest"
 	"io"
 	"log/slog"
 	"os"
@@ -23,6 +22,8 @@ import (
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/internal/k8stest"
+	"github.com/latchkey/latchkey/internal/logtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/binding"
@@ -106,7 +107,7 @@ func TestK8sReattestTaints(t *testing.T) {
 			ClusterSalt: "k8s-reattest", StateDir: filepath.Join(dir, "state-"+name), AdminSocket: "-",
 			Kubernetes: &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]},
 			Reattest:   app.Reattest{Deadline: app.Duration{Duration: deadline}, Resync: app.Duration{Duration: 300 * time.Millisecond}}}
-		r := &rig{logs: &lockedBuffer{}}
+		r := &rig{logs: &logtest.Buffer{}}
 		startAssembled(t, r, cfg, nil)
 		return cfg, r
 	}

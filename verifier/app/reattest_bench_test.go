@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/internal/logtest"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/binding"
 )
@@ -31,7 +32,7 @@ func reattestRig(b *testing.B) (*rig, *tpm.Issuer) {
 	os.WriteFile(filepath.Join(dir, "master"), master, 0o600)
 	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
 		ClusterSalt: "bench", StateDir: filepath.Join(dir, "state"), AdminSocket: "-"}
-	r := &rig{sim: sim, client: signingClientset(b), logs: &lockedBuffer{}}
+	r := &rig{sim: sim, client: signingClientset(b), logs: &logtest.Buffer{}}
 	r.bindings, err = binding.NewLeases(binding.LeaseConfig{Client: r.client, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)

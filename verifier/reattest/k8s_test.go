@@ -3,7 +3,6 @@
 package reattest
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -15,25 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchkey/latchkey/internal/k8stest"
+	"github.com/latchkey/latchkey/internal/logtest"
 	"github.com/latchkey/latchkey/verifier/binding"
 )
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // Two controllers with the verifier's narrow credential (the shipped
 // RBAC) on the real API server, on an election Lease of their own: only
@@ -52,7 +35,7 @@ func TestK8sTwoControllersOneLeader(t *testing.T) {
 	st := binding.NodeStatus{Node: node, Identity: "x", Renewed: time.Now().Add(-time.Hour)}
 	statuses := statusFunc(func() []binding.NodeStatus { mu.Lock(); defer mu.Unlock(); return []binding.NodeStatus{st} })
 	lease := "latchkey-reattest-test-" + node
-	logs := &lockedBuf{}
+	logs := &logtest.Buffer{}
 	start := func(id string) context.CancelFunc {
 		ctl, err := New(Config{Client: c, Statuses: statuses, Identity: id, LeaseName: lease, Resync: 200 * time.Millisecond,
 			LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,

@@ -21,6 +21,7 @@ import (
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/attesttest"
+	"github.com/latchkey/latchkey/internal/logtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/keys"
@@ -76,7 +77,7 @@ type env struct {
 	addr   string
 	pin    atls.Pin
 	minter *fakeMinter
-	logs   *bytes.Buffer
+	logs   *logtest.Buffer
 }
 
 type envOpt struct {
@@ -103,7 +104,7 @@ func startVerifier(t *testing.T, o envOpt) *env {
 		Validators:   map[latchkeyv1.Variant]attest.Validator{latchkeyv1.Variant_VARIANT_TPM: &attesttest.Validator{Challenge: o.challenge}},
 		ControlPlane: map[latchkeyv1.Variant]bool{latchkeyv1.Variant_VARIANT_TPM: o.controlPlane},
 	}
-	logs := &bytes.Buffer{}
+	logs := &logtest.Buffer{}
 	var store binding.Store
 	store, err = binding.NewDir(binding.DirConfig{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -113,7 +114,7 @@ func startVerifier(t *testing.T, o envOpt) *env {
 		store = o.store(store)
 	}
 	cfg := service.Config{Policy: policy.NewStatic(snap), Keys: d, Bindings: store,
-		Logger: slog.New(slog.NewTextHandler(&syncWriter{w: logs}, nil)), AckTimeout: o.ackTimeout,
+		Logger: slog.New(slog.NewTextHandler(logs, nil)), AckTimeout: o.ackTimeout,
 		MaxInFlight: o.maxInFlight, Metrics: o.metrics}
 	if o.minter != nil {
 		cfg.Minter = o.minter
@@ -131,17 +132,6 @@ func startVerifier(t *testing.T, o envOpt) *env {
 	t.Cleanup(srv.Stop)
 	pins, _ := servingcert.Pins(cert)
 	return &env{addr: lis.Addr().String(), pin: pins[0], minter: o.minter, logs: logs}
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 func client(t *testing.T, e *env, iss attest.Issuer) *ticket.Client {

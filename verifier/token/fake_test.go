@@ -2,17 +2,13 @@ package token
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/pkitest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -50,7 +46,7 @@ func newFakeCluster(t *testing.T, server string, nCAs int, mode signMode) *fakeC
 	fc := &fakeCluster{mode: mode}
 	var bundle []byte
 	for i := 0; i < nCAs; i++ {
-		c := newCA(t, i)
+		c := pkitest.NewCA(t, "kubernetes").Cert
 		fc.cas = append(fc.cas, c)
 		bundle = append(bundle, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
 	}
@@ -68,32 +64,6 @@ func newFakeCluster(t *testing.T, server string, nCAs int, mode signMode) *fakeC
 	fc.client.PrependReactor("create", "secrets", fc.onCreate)
 	fc.client.PrependWatchReactor("configmaps", fc.onWatch)
 	return fc
-}
-
-func newCA(t *testing.T, i int) *x509.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(int64(i + 1)),
-		Subject:               pkix.Name{CommonName: "kubernetes"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 func (fc *fakeCluster) onCreate(a k8stesting.Action) (bool, runtime.Object, error) {

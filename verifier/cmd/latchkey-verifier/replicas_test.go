@@ -4,17 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -30,51 +25,31 @@ import (
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/internal/pkitest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
 // replicaCA is the operator's CA that signs every replica's serving
 // certificate; agents pin the CA, so each replica keeps its own key.
 type replicaCA struct {
-	key  *ecdsa.PrivateKey
+	ca   *pkitest.Cert
 	cert *x509.Certificate
 }
 
 func newReplicaCA(t *testing.T) *replicaCA {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "latchkey verifiers CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &replicaCA{key: key, cert: cert}
+	ca := pkitest.NewCA(t, "latchkey verifiers CA")
+	return &replicaCA{ca: ca, cert: ca.Cert}
 }
 
 // issue writes a serving certificate (chain: leaf, CA) and key for one
 // replica into dir.
 func (ca *replicaCA) issue(t *testing.T, dir string, n int) (certFile, keyFile string) {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(n + 10)), Subject: pkix.Name{CommonName: fmt.Sprintf("verifier-%d", n)},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+	leaf := pkitest.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: fmt.Sprintf("verifier-%d", n)},
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"verifier.latchkey.test"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var chain bytes.Buffer
-	pem.Encode(&chain, &pem.Block{Type: "CERTIFICATE", Bytes: der})
-	pem.Encode(&chain, &pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})
-	kd, _ := x509.MarshalPKCS8PrivateKey(key)
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	os.WriteFile(certFile, chain.Bytes(), 0o600)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}), 0o600)
-	return certFile, keyFile
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, ca.ca)
+	return leaf.WriteFiles(t, dir, "tls.crt", "tls.key", ca.ca)
 }
 
 // replica is one verifier process.
