@@ -2,7 +2,8 @@
 # The whole latchkey test suite, the README's second command:
 #   1. static checks: gofmt, go vet, generated protobuf code up to date,
 #      shipped binaries free of test-only packages, internal/ free of
-#      product imports, shellcheck on every shell script;
+#      product imports, log keys only from internal/logkey, shellcheck on
+#      every shell script;
 #   2. go test ./... : unit tests and the swtpm / cryptsetup integration
 #      tests (needs root for loop devices), plus a short fuzz run;
 #   3. systemd units and the image kit (systemd-analyze, debootstrap root);
@@ -56,6 +57,8 @@ static_checks() {
   scripts/gen-proto.sh --check
   shipped_test_only
   internal_imports_nothing_upward
+  # One log vocabulary: every log key in the product is an internal/logkey constant.
+  go test -count=1 -run '^(TestKeysAreConstants|TestScannerFindsEveryKeyForm|TestOneNamePerConcept)$' ./internal/logkey
   shell_lint
   echo "static checks passed"
 }
