@@ -1,15 +1,19 @@
 // Package k8stest reaches the real control plane that
 // scripts/controlplane.sh up starts, for the tests built with the k8s
 // tag (scripts/test-k8s.sh): the env file it writes, clients with the
-// administrator's, the verifier's and a bootstrap token's credentials.
+// administrator's, the verifier's and a bootstrap token's credentials,
+// and the CSR a bootstrapping kubelet creates.
 //
 // Test-only: the shipped binaries must not link it (scripts/test.sh
-// checks), and it imports nothing of latchkey's.
+// checks), and it imports nothing of the product's (only the test-only
+// internal/pkitest, for the CSR a kubelet makes).
 package k8stest
 
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,12 +21,15 @@ import (
 	"testing"
 	"time"
 
+	certv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/latchkey/latchkey/internal/pkitest"
 )
 
 // EnvVar names the env file scripts/test-k8s.sh sets.
@@ -147,4 +154,20 @@ func SecretGone(ctx context.Context, c kubernetes.Interface, name string) error 
 		}
 		return false, err
 	})
+}
+
+// KubeletCSR is the client CSR a kubelet bootstrapping as node creates:
+// CN system:node:<node> in system:nodes, for the kubelet client signer,
+// with a fresh key.
+func KubeletCSR(t testing.TB, node string) *certv1.CertificateSigningRequest {
+	t.Helper()
+	return &certv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
+		Spec: certv1.CertificateSigningRequestSpec{
+			Request: pkitest.CSRPEM(t, &x509.CertificateRequest{
+				Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}}),
+			SignerName: certv1.KubeAPIServerClientKubeletSignerName,
+			Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth},
+		},
+	}
 }

@@ -160,3 +160,18 @@ func fail(tb testing.TB, err error) {
 	tb.Helper()
 	tb.Fatal(err)
 }
+
+// CSRPEM is a PEM certificate request for tmpl, signed by a fresh P-256
+// key (a kubelet's, a client's) that is then thrown away.
+func CSRPEM(tb testing.TB, tmpl *x509.CertificateRequest) []byte {
+	tb.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+}

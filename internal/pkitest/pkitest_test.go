@@ -69,3 +69,23 @@ func TestSelfSignedIsNoCA(t *testing.T) {
 		t.Fatal("a certificate signed by a non-CA verifies")
 	}
 }
+
+// CSRPEM's request parses, carries the template's names and its signature
+// checks out.
+func TestCSRPEM(t *testing.T) {
+	block, _ := pem.Decode(pkitest.CSRPEM(t, &x509.CertificateRequest{
+		Subject: pkix.Name{CommonName: "system:node:n1", Organization: []string{"system:nodes"}}, DNSNames: []string{"n1"}}))
+	if block == nil || block.Type != "CERTIFICATE REQUEST" {
+		t.Fatal("no CERTIFICATE REQUEST block")
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := req.CheckSignature(); err != nil {
+		t.Fatal(err)
+	}
+	if req.Subject.CommonName != "system:node:n1" || req.Subject.Organization[0] != "system:nodes" || req.DNSNames[0] != "n1" {
+		t.Fatalf("request %+v", req.Subject)
+	}
+}

@@ -4,11 +4,7 @@ package app_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"os"
@@ -38,19 +34,7 @@ import (
 // by the real controller-manager.
 func nodeCSR(t *testing.T, tc, admin kubernetes.Interface, node string) *certv1.CertificateSigningRequest {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr, err := tc.CertificatesV1().CertificateSigningRequests().Create(context.Background(), &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
-		Spec: certv1.CertificateSigningRequestSpec{
-			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-			SignerName: certv1.KubeAPIServerClientKubeletSignerName,
-			Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth},
-		}}, metav1.CreateOptions{})
+	csr, err := tc.CertificatesV1().CertificateSigningRequests().Create(context.Background(), k8stest.KubeletCSR(t, node), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create CSR: %v", err)
 	}

@@ -2,12 +2,8 @@ package csr
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"log/slog"
 	"net"
@@ -19,22 +15,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/latchkey/latchkey/internal/pkitest"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
 func csrPEM(t *testing.T, cn string, org []string, dns []string, ips []net.IP) []byte {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+	return pkitest.CSRPEM(t, &x509.CertificateRequest{
 		Subject: pkix.Name{CommonName: cn, Organization: org}, DNSNames: dns, IPAddresses: ips,
-	}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+	})
 }
 
 var clientUsages = []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth}

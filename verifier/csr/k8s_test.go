@@ -4,11 +4,7 @@ package csr
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"log/slog"
@@ -72,25 +68,7 @@ func workerReq(node string) token.Request {
 // kubeletCSR makes the CSR a kubelet bootstrapping as node makes.
 func kubeletCSR(t *testing.T, c kubernetes.Interface, node string) *certv1.CertificateSigningRequest {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
-	}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	csr := &certv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
-		Spec: certv1.CertificateSigningRequestSpec{
-			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-			SignerName: certv1.KubeAPIServerClientKubeletSignerName,
-			Usages:     []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth},
-		},
-	}
-	out, err := c.CertificatesV1().CertificateSigningRequests().Create(context.Background(), csr, metav1.CreateOptions{})
+	out, err := c.CertificatesV1().CertificateSigningRequests().Create(context.Background(), k8stest.KubeletCSR(t, node), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create CSR with the bootstrap token: %v", err)
 	}
