@@ -23,14 +23,16 @@ const (
 	BoundIdentity = "bound_identity"
 	// DiskUUID is the state disk's LUKS2 UUID.
 	DiskUUID = "disk_uuid"
-	// Role is a node's Kubernetes role (worker, control-plane).
+	// Role is a node's Kubernetes role: the enum name (ROLE_WORKER) on
+	// the audit line, the label (worker, control-plane) on a token's.
 	Role = "role"
 	// Rejoin is whether the node asked as a rejoin (its disk already
 	// carries a latchkey header).
 	Rejoin = "rejoin"
 	// Purpose is why a node attests: join or reattest.
 	Purpose = "purpose"
-	// Variant is the attestation variant (TPM, SEV_SNP).
+	// Variant is the attestation variant's enum name (VARIANT_TPM,
+	// VARIANT_SEV_SNP).
 	Variant = "variant"
 	// RequestToken is whether a rejoin asked for a bootstrap token (a
 	// bool, never a token).
@@ -42,11 +44,13 @@ const (
 
 // Decisions and their outcome.
 const (
-	// Result is how a join, re-attestation or check ended (accepted,
-	// refused, failed, handover_failed; attested, stale, refused).
+	// Result is how a join or a re-attestation ended: on the verifier's
+	// audit line accepted, refused, failed or handover_failed (the
+	// joins_total label), on the agent's attested, refused or unreachable.
 	Result = "result"
 	// Reason is the latchkey Reason enum name of a refusal
-	// (COMPONENT_NOT_ALLOWED), NONE when nothing was refused.
+	// (COMPONENT_NOT_ALLOWED; NONE on an accepted join's audit line), or
+	// why the re-attestation controller holds a node unattested.
 	Reason = "reason"
 	// Error is the text of the error behind the line.
 	Error = "error"
@@ -67,7 +71,8 @@ const (
 	ShadowPolicy = "shadow_policy"
 	// Deny is the policy deny entry a node matched ("deny.<key>: <value>").
 	Deny = "deny"
-	// Adopted lists the bindings (comma-separated) a join adopted.
+	// Adopted lists the binding kinds (disk, node, comma-separated) an
+	// unrecorded rejoin adopted.
 	Adopted = "adopted"
 	// State is a node's re-attestation state (attested, stale, refused).
 	State = "state"
@@ -127,7 +132,8 @@ const (
 	FSType = "fstype"
 	// Want is the value configuration asks for, beside Found.
 	Want = "want"
-	// Found is what the disk stage found on a device.
+	// Found is what the disk stage found on a device (a file system type,
+	// a foreign header).
 	Found = "found"
 	// WipeStateDisk is the wipeStateDisk setting that allowed or refused
 	// a wipe.
@@ -147,7 +153,8 @@ const (
 	Kind = "kind"
 	// Name is a binding's bound name (a node name or a disk UUID).
 	Name = "name"
-	// By is who released a binding (an admin call, a reaper).
+	// By is who released a binding ("admin uid=<uid> pid=<pid>" for the
+	// admin API).
 	By = "by"
 	// ControlPlane is whether a join joins a control-plane node.
 	ControlPlane = "control_plane"
