@@ -5,8 +5,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"encoding/pem"
+	"fmt"
 	"testing"
 	"time"
 
@@ -50,8 +50,8 @@ func TestCAIssuesAVerifiableChain(t *testing.T) {
 	}
 
 	block, _ := pem.Decode(ca.PEM())
-	sum := sha256.Sum256(ca.Cert.RawSubjectPublicKeyInfo)
-	if block == nil || string(block.Bytes) != string(ca.DER()) || ca.Pin() != "sha256:"+hex.EncodeToString(sum[:]) {
+	if block == nil || string(block.Bytes) != string(ca.DER()) ||
+		ca.Pin() != fmt.Sprintf("sha256:%x", sha256.Sum256(ca.Cert.RawSubjectPublicKeyInfo)) {
 		t.Fatalf("PEM or pin wrong: pin %s", ca.Pin())
 	}
 }
