@@ -11,17 +11,14 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/latchkey/latchkey/internal/sdnotify/sdnotifytest"
 )
 
 // listenNotify stands in for systemd: a unixgram socket at $NOTIFY_SOCKET.
 func listenNotify(t *testing.T) *net.UnixConn {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "notify.sock")
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c, path := sdnotifytest.Listen(t)
 	t.Setenv("NOTIFY_SOCKET", path)
 	return c
 }

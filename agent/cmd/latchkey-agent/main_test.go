@@ -17,6 +17,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/internal/sdnotify/sdnotifytest"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/servingcert"
 )
@@ -25,18 +26,6 @@ import (
 type notification struct {
 	at  time.Time
 	msg string
-}
-
-// listenNotify stands in for systemd's notify socket.
-func listenNotify(t testing.TB) (*net.UnixConn, string) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "notify.sock")
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c, path
 }
 
 func collect(c *net.UnixConn, out chan<- notification) {
@@ -104,7 +93,7 @@ func startVerifier(t testing.TB, sim *tpmtest.Simulator) (string, string) {
 // and returns its exit code and every notification it sent.
 func bootOnce(t testing.TB, sim *tpmtest.Simulator, addr, pin string) (int, []notification, time.Time) {
 	t.Helper()
-	conn, path := listenNotify(t)
+	conn, path := sdnotifytest.Listen(t)
 	t.Setenv("NOTIFY_SOCKET", path)
 	ch := make(chan notification, 64)
 	go collect(conn, ch)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/internal/sdnotify/sdnotifytest"
 )
 
 // TestAgentKeepsReattesting: after READY the agent stays running and
@@ -16,7 +17,7 @@ import (
 func TestAgentKeepsReattesting(t *testing.T) {
 	sim := tpmtest.Start(t)
 	addr, pin := startVerifier(t, sim)
-	conn, path := listenNotify(t)
+	conn, path := sdnotifytest.Listen(t)
 	t.Setenv("NOTIFY_SOCKET", path)
 	ch := make(chan notification, 64)
 	go collect(conn, ch)
