@@ -110,6 +110,7 @@ func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_Joi
 	if req.Reattest {
 		hello.Purpose = latchkeyv1.Purpose_PURPOSE_REATTEST
 	}
+	hello.DiskKeyGeneration = req.DiskKeyGeneration
 	// The verifier's pin was checked during this session's handshake, so
 	// no evidence is made for an unauthenticated verifier.
 	binding, err := atls.PeerBinding(stream.Context(), hello)
@@ -126,6 +127,9 @@ func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_Joi
 		return nil, recvErr(stream, err)
 	}
 	t, err := receiveTicket(ctx, stream, att, req.Reattest)
+	if err == nil && !req.Reattest {
+		err = checkGenerations(req, t) // generation.go
+	}
 	if err != nil {
 		return nil, err
 	}

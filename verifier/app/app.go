@@ -245,6 +245,7 @@ func (v *Verifier) Serve(ctx context.Context) error {
 		v.bg.Go(func() { v.next.Run(ctx) })
 	}
 	v.bg.Go(func() { v.serveMetrics(ctx) })
+	v.bg.Go(func() { v.countGenerations(ctx) }) // secrets.go
 	if v.revoker != nil {
 		v.bg.Go(func() { v.revoker.Run(ctx) })
 	}

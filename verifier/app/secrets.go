@@ -1,9 +1,12 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/keys"
 )
 
@@ -106,3 +109,32 @@ func (v *Verifier) logGenerations() {
 	}
 	v.metrics.MasterSecretsLoaded(gens)
 }
+
+// generationCountInterval is how often the disks-by-generation gauge is
+// recounted from the binding records.
+const generationCountInterval = time.Minute
+
+// countGenerations keeps latchkey_verifier_disks_by_key_generation up to
+// date from the binding records until ctx ends (only with metrics on).
+func (v *Verifier) countGenerations(ctx context.Context) {
+	if v.metrics == nil {
+		return
+	}
+	t := time.NewTicker(generationCountInterval)
+	defer t.Stop()
+	for {
+		if recs, err := v.bindings.List(ctx); err == nil {
+			v.metrics.DisksByKeyGeneration(binding.CountByGeneration(recs))
+		} else if ctx.Err() == nil {
+			v.deps.Logger.Warn("count disks by key generation", logError, err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// logError is the log key of an error text.
+const logError = "error"

@@ -85,6 +85,8 @@ type fileRecord struct {
 	Created    time.Time `json:"created"`
 	Released   time.Time `json:"released,omitzero"`
 	ReleasedBy string    `json:"releasedBy,omitempty"`
+	// KeyGeneration: see Record.
+	KeyGeneration *uint32 `json:"keyGeneration,omitempty"`
 }
 
 func (d *Dir) path(kind Kind, name string) string {
@@ -109,7 +111,9 @@ func (d *Dir) Claim(ctx context.Context, kind Kind, name, identity string) (Reco
 		if have.Bound() {
 			return have, Check(have, identity)
 		}
-		// Released: the next claim takes it over.
+		// Released: the next claim takes it over (the disk is still
+		// keyed under the generation on record).
+		r.KeyGeneration = have.KeyGeneration
 		err = d.replace(d.path(kind, name), r)
 	}
 	if err != nil {
@@ -163,7 +167,8 @@ func (d *Dir) Release(_ context.Context, kind Kind, name, by string) (Record, er
 	if !r.Bound() {
 		return Record{}, fmt.Errorf("%w: %s %s was already released", ErrNotFound, kind, name)
 	}
-	tomb := Record{Kind: kind, Name: name, Created: r.Created, Released: d.now().UTC().Truncate(time.Second), ReleasedBy: by}
+	tomb := Record{Kind: kind, Name: name, Created: r.Created, Released: d.now().UTC().Truncate(time.Second), ReleasedBy: by,
+		KeyGeneration: r.KeyGeneration}
 	if err := d.replace(p, tomb); err != nil {
 		return Record{}, err
 	}

@@ -37,6 +37,9 @@ const (
 	// released record; it has no identity and no token.
 	AnnotationReleasedAt = "latchkey.io/released-at"
 	AnnotationReleasedBy = "latchkey.io/released-by"
+	// AnnotationKeyGeneration is the master-secret generation a disk's
+	// last join named (decimal; absent: unknown).
+	AnnotationKeyGeneration = "latchkey.io/key-generation"
 )
 
 // LeaseConfig configures a Lease store.
@@ -199,11 +202,17 @@ func (l *Leases) SetToken(ctx context.Context, node, identity, tokenID string) e
 // retrying on conflicts and re-checking on every try that the record is
 // still bound to identity (a release or a rebinding in between wins).
 func (l *Leases) updateBoundNode(ctx context.Context, node, identity string, mutate func(*coordinationv1.Lease)) error {
-	name := ObjectName(Node, node)
+	return l.updateBound(ctx, Node, node, identity, func(lease *coordinationv1.Lease) bool { mutate(lease); return true })
+}
+
+// updateBound is updateBoundNode for either kind; mutate reports whether
+// it changed anything (no write when it did not).
+func (l *Leases) updateBound(ctx context.Context, kind Kind, node, identity string, mutate func(*coordinationv1.Lease) bool) error {
+	name := ObjectName(kind, node)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		lease, err := l.leases().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("%w: node %s", ErrNotFound, node)
+			return fmt.Errorf("%w: %s %s", ErrNotFound, kind, node)
 		}
 		if err != nil {
 			return fmt.Errorf("binding: get lease %s/%s: %w", l.ns, name, err)
@@ -213,12 +222,14 @@ func (l *Leases) updateBoundNode(ctx context.Context, node, identity string, mut
 			return err
 		}
 		if !r.Bound() {
-			return fmt.Errorf("%w: node %s was released", ErrNotFound, node)
+			return fmt.Errorf("%w: %s %s was released", ErrNotFound, kind, node)
 		}
 		if err := Check(r, identity); err != nil {
 			return err
 		}
-		mutate(lease)
+		if !mutate(lease) {
+			return nil
+		}
 		if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 			if apierrors.IsConflict(err) {
 				return err
@@ -302,6 +313,13 @@ func record(lease *coordinationv1.Lease) (Record, error) {
 			return Record{}, fmt.Errorf("binding: lease %s/%s: released-at %q: %w", lease.Namespace, lease.Name, at, err)
 		}
 		r.Released, r.ReleasedBy = t, lease.Annotations[AnnotationReleasedBy]
+	}
+	if g, ok := lease.Annotations[AnnotationKeyGeneration]; ok {
+		n, err := parseGeneration(g)
+		if err != nil {
+			return Record{}, fmt.Errorf("binding: lease %s/%s: %s %q: %w", lease.Namespace, lease.Name, AnnotationKeyGeneration, g, err)
+		}
+		r.KeyGeneration = &n
 	}
 	if !validRecord(r) || ObjectName(r.Kind, r.Name) != lease.Name {
 		return Record{}, fmt.Errorf("binding: lease %s/%s is not a latchkey binding record", lease.Namespace, lease.Name)

@@ -1,0 +1,108 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/latchkey/latchkey/attest"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/binding"
+	"github.com/latchkey/latchkey/verifier/keys"
+)
+
+// Master-secret generations in the ticket (docs/operations.md, "Rotating
+// the master secret"). disk_key is always the current generation's key.
+// A Hello whose disk header names an older generation the verifier still
+// serves also gets that generation's key (previous_disk_key), so the
+// agent can unlock and rewrap to the current one. A Hello naming a
+// generation the verifier does not serve is refused as
+// KEY_GENERATION_RETIRED: no key it could send opens that disk, and a
+// wrong key must never look like a right one.
+
+// ticketKeys are the key fields of one ticket.
+type ticketKeys struct {
+	key, previous       []byte
+	generation, prevGen uint32
+	hasPrevious         bool
+}
+
+// diskKeys derives the ticket's keys for hello's disk.
+func (s *Service) diskKeys(hello *latchkeyv1.Hello) (*ticketKeys, error) {
+	k := s.cfg.Keys
+	t := &ticketKeys{generation: k.Current()}
+	if hello.DiskKeyGeneration != nil {
+		named := hello.GetDiskKeyGeneration()
+		if !k.Serves(named) {
+			return nil, attest.Refuse(latchkeyv1.Reason_KEY_GENERATION_RETIRED,
+				"disk %s is keyed under master-secret generation %d, which this verifier no longer serves (it serves %s); "+
+					"add generation %d back to masterSecrets to open it", hello.GetDiskUuid(), named, servedList(k), named)
+		}
+		if named != t.generation {
+			prev, err := k.DiskKeyAt(named, hello.GetDiskUuid())
+			if err != nil {
+				return nil, err
+			}
+			t.previous, t.prevGen, t.hasPrevious = prev, named, true
+		}
+	}
+	key, err := k.DiskKey(hello.GetDiskUuid())
+	if err != nil {
+		t.clear()
+		return nil, err
+	}
+	t.key = key
+	return t, nil
+}
+
+// fill copies the generation fields into the ticket (the current key is
+// set by buildTicket).
+func (t *ticketKeys) fill(tk *latchkeyv1.Ticket) {
+	tk.KeyGeneration = t.generation
+	if t.hasPrevious {
+		tk.PreviousDiskKey, tk.PreviousKeyGeneration = t.previous, t.prevGen
+	}
+}
+
+func (t *ticketKeys) clear() {
+	clear(t.key)
+	clear(t.previous)
+}
+
+// recordGeneration writes to the disk's binding record the generation
+// this join's disk is keyed under: the one the Hello named, or on a first
+// boot (none named) the current one, which the agent writes into the new
+// header. It is written before the ticket leaves, so `secret retire`
+// never misses a disk that holds a key of the generation it retires. A
+// store that cannot record generations records nothing.
+func (s *Service) recordGeneration(ctx context.Context, hello *latchkeyv1.Hello, out *outcome) error {
+	rec, ok := s.cfg.Bindings.(binding.GenerationRecorder)
+	if !ok {
+		return nil
+	}
+	gen := s.cfg.Keys.Current()
+	if hello.DiskKeyGeneration != nil {
+		gen = hello.GetDiskKeyGeneration()
+	}
+	err := rec.SetKeyGeneration(ctx, hello.GetDiskUuid(), out.verified.MachineID, gen)
+	var mm *binding.MismatchError
+	switch {
+	case errors.As(err, &mm):
+		out.boundIdentity = mm.Bound
+		return attest.Refuse(latchkeyv1.Reason_IDENTITY_MISMATCH, "disk %s was rebound during the join", hello.GetDiskUuid())
+	case err != nil:
+		return attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "record key generation on disk binding: %w", err)
+	}
+	return nil
+}
+
+func servedList(k *keys.Deriver) string {
+	s := ""
+	for i, g := range k.Generations() {
+		if i > 0 {
+			s += ", "
+		}
+		s += strconv.FormatUint(uint64(g.Generation), 10)
+	}
+	return s
+}
