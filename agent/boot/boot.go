@@ -153,6 +153,9 @@ func (b *Boot) Run(ctx context.Context) error {
 	if err != nil {
 		return &StageError{StageDisk, err}
 	}
+	if plan.KeyGeneration != nil { // the header is now on the ticket's generation
+		plan.KeyGeneration = &res.KeyGeneration
+	}
 	b.cfg.OnProgress(DiskOpen, "state disk open")
 	if err := b.join(ctx, plan, res, t); err != nil {
 		return err
@@ -163,7 +166,7 @@ func (b *Boot) Run(ctx context.Context) error {
 
 func (b *Boot) request(plan disk.Plan, wantToken bool) ticket.Request {
 	return ticket.Request{NodeName: b.cfg.NodeName, DiskUUID: plan.UUID, Role: b.cfg.Role,
-		Rejoin: plan.Rejoin, RequestToken: wantToken}
+		Rejoin: plan.Rejoin, RequestToken: wantToken, DiskKeyGeneration: plan.KeyGeneration}
 }
 
 // openDisk hands the key to the disk stage and clears it afterwards; the
@@ -171,7 +174,7 @@ func (b *Boot) request(plan disk.Plan, wantToken bool) ticket.Request {
 func (b *Boot) openDisk(ctx context.Context, plan disk.Plan, t *latchkeyv1.Ticket) (disk.Result, error) {
 	b.cfg.OnProgress(OpeningDisk, "unlocking state disk")
 	defer clear(t.DiskKey)
-	res, err := b.cfg.Disk.Open(ctx, plan, t.DiskKey)
+	res, err := openWithKeys(ctx, b.cfg.Disk, plan, t) // keys.go
 	if err != nil {
 		return res, err
 	}
@@ -243,6 +246,7 @@ func (b *Boot) tokenTicket(ctx context.Context, plan disk.Plan) (*latchkeyv1.Tic
 		return nil, err
 	}
 	clear(t.DiskKey)
+	clear(t.PreviousDiskKey)
 	if t.GetToken() == "" {
 		return nil, fmt.Errorf("the verifier issued no bootstrap token for a rejoin that asked for one")
 	}

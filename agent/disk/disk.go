@@ -82,6 +82,9 @@ import (
 type Plan struct {
 	UUID   string
 	Rejoin bool
+	// KeyGeneration is the master-secret generation the validated header
+	// names (rewrap.go), for the Hello; nil on a first boot.
+	KeyGeneration *uint32
 }
 
 // Result is what Open produced.
@@ -98,6 +101,9 @@ type Result struct {
 	// Formatted says this run wrote the LUKS header; MadeFileSystem that
 	// it made the file system (both false on an ordinary reboot).
 	Formatted, MadeFileSystem bool
+	// KeyGeneration is the master-secret generation the disk is keyed
+	// under once open (the ticket's key_generation).
+	KeyGeneration uint32
 }
 
 // Stage is the disk stage of a boot.
