@@ -19,9 +19,11 @@ import (
 // secretCmd manages the master secret: `secret init [--generation N] FILE`
 // creates one, `secret id` prints the key ID of every configured
 // generation (the same IDs the running verifier logs and exports), so
-// replicas can be compared without showing the secret.
+// replicas can be compared without showing the secret, and `secret
+// retire --generation N` checks that no disk still needs generation N.
 func secretCmd(args []string, stdout, stderr io.Writer) int {
-	const usage = "usage: latchkey-verifier secret init [--generation N] FILE | secret id [--config FILE] [--master-secret-file FILE] [--cluster-salt S]"
+	const usage = "usage: latchkey-verifier secret init [--generation N] FILE | secret id [--config FILE] [--master-secret-file FILE] [--cluster-salt S]" +
+		" | secret retire --generation N [--socket PATH]"
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usage)
 		return exitcode.BadConfig
@@ -29,6 +31,8 @@ func secretCmd(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "init":
 		return secretInit(args[1:], stdout, stderr, usage)
+	case "retire":
+		return secretRetire(args[1:], stdout, stderr) // retire.go
 	case "id":
 		d, code := deriverFromFlags("latchkey-verifier secret id", args[1:], stderr)
 		if d == nil {
