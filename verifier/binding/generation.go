@@ -133,3 +133,28 @@ func RetireBlockers(records []Record, gen uint32) []Record {
 	})
 	return out
 }
+
+// GenerationClaimer is implemented by the stores that can record a
+// disk's generation in the claim itself (Dir and Leases), saving a first
+// join the read and write of a separate SetKeyGeneration.
+type GenerationClaimer interface {
+	// ClaimGeneration is Claim for a disk that also records gen on the
+	// record it creates or takes over; a record already bound to identity
+	// is returned unchanged (the caller records gen separately then).
+	ClaimGeneration(ctx context.Context, disk, identity string, gen uint32) (rec Record, recorded bool, err error)
+}
+
+var (
+	_ GenerationClaimer = (*Dir)(nil)
+	_ GenerationClaimer = (*Leases)(nil)
+)
+
+// ClaimGeneration implements GenerationClaimer.
+func (d *Dir) ClaimGeneration(_ context.Context, disk, identity string, gen uint32) (Record, bool, error) {
+	return d.claim(Disk, disk, identity, &gen)
+}
+
+// ClaimGeneration implements GenerationClaimer.
+func (l *Leases) ClaimGeneration(ctx context.Context, disk, identity string, gen uint32) (Record, bool, error) {
+	return l.claim(ctx, Disk, disk, identity, &gen)
+}

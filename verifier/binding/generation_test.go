@@ -83,6 +83,32 @@ func testGenerationStore(t *testing.T, s binding.Store, disk, other string) {
 	if b := binding.RetireBlockers(mine, 2); len(b) != 0 {
 		t.Fatalf("retiring 2: blockers %+v, want none", b)
 	}
+
+	// A claim that records the generation at once: on a new record, not
+	// on one already bound (recorded separately then), and on a takeover.
+	gc, ok := s.(binding.GenerationClaimer)
+	if !ok {
+		t.Fatalf("%T claims no generations", s)
+	}
+	third := other[:len(other)-2] + "ff"
+	if r, made, err := gc.ClaimGeneration(ctx, third, idA, 7); err != nil || !made || r.KeyGeneration == nil || *r.KeyGeneration != 7 {
+		t.Fatalf("claim with generation: %+v %v %v", r, made, err)
+	}
+	if g := get(t, s, third).KeyGeneration; g == nil || *g != 7 {
+		t.Fatalf("stored generation %v, want 7", g)
+	}
+	if r, made, err := gc.ClaimGeneration(ctx, third, idA, 8); err != nil || made || *r.KeyGeneration != 7 {
+		t.Fatalf("claim of a record bound to the same identity: %+v %v %v, want it unchanged", r, made, err)
+	}
+	if _, made, err := gc.ClaimGeneration(ctx, third, idB, 8); !errors.Is(err, binding.ErrMismatch) || made {
+		t.Fatalf("claim by another identity: %v %v", made, err)
+	}
+	if _, err := s.Release(ctx, binding.Disk, third, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if r, made, err := gc.ClaimGeneration(ctx, third, idB, 9); err != nil || !made || *r.KeyGeneration != 9 || get(t, s, third).Identity != idB {
+		t.Fatalf("takeover with generation: %+v %v %v", r, made, err)
+	}
 }
 
 func get(t *testing.T, s binding.Store, disk string) binding.Record {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -90,8 +91,15 @@ func NewLeases(cfg LeaseConfig) (*Leases, error) {
 
 // Claim implements Store.
 func (l *Leases) Claim(ctx context.Context, kind Kind, name, identity string) (Record, error) {
+	r, _, err := l.claim(ctx, kind, name, identity, nil)
+	return r, err
+}
+
+// claim is Claim, recording gen (when non-nil) on a Lease it creates or
+// takes over; made reports it did either.
+func (l *Leases) claim(ctx context.Context, kind Kind, name, identity string, gen *uint32) (Record, bool, error) {
 	if err := validate(kind, name, identity, true); err != nil {
-		return Record{}, err
+		return Record{}, false, err
 	}
 	holder := identity
 	lease := &coordinationv1.Lease{
@@ -103,21 +111,25 @@ func (l *Leases) Claim(ctx context.Context, kind Kind, name, identity string) (R
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder},
 	}
+	if gen != nil {
+		lease.Annotations[AnnotationKeyGeneration] = strconv.FormatUint(uint64(*gen), 10)
+	}
 	created, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		var have Record
-		created, have, err = l.takeOver(ctx, kind, name, identity)
+		created, have, err = l.takeOver(ctx, kind, name, identity, gen)
 		if err != nil {
-			return Record{}, err
+			return Record{}, false, err
 		}
 		if created == nil { // bound already
-			return have, Check(have, identity)
+			return have, false, Check(have, identity)
 		}
 	} else if err != nil {
-		return Record{}, fmt.Errorf("binding: create lease %s/%s: %w", l.ns, lease.Name, err)
+		return Record{}, false, fmt.Errorf("binding: create lease %s/%s: %w", l.ns, lease.Name, err)
 	}
 	l.log.Info("binding claimed", "kind", string(kind), "name", name, "identity", identity)
-	return record(created)
+	r, err := record(created)
+	return r, err == nil, err
 }
 
 // takeOver binds a released Lease to identity, conditioned on the
@@ -125,7 +137,7 @@ func (l *Leases) Claim(ctx context.Context, kind Kind, name, identity string) (R
 // win: the loser's update conflicts, and on its retry it finds the
 // record bound. When the record is bound it returns no Lease and the
 // record it read.
-func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string) (*coordinationv1.Lease, Record, error) {
+func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string, gen *uint32) (*coordinationv1.Lease, Record, error) {
 	obj := ObjectName(kind, name)
 	var out *coordinationv1.Lease
 	var have Record
@@ -150,6 +162,9 @@ func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string)
 		lease.Annotations[AnnotationIdentity] = identity
 		delete(lease.Annotations, AnnotationReleasedAt)
 		delete(lease.Annotations, AnnotationReleasedBy)
+		if gen != nil {
+			lease.Annotations[AnnotationKeyGeneration] = strconv.FormatUint(uint64(*gen), 10)
+		}
 		lease.Spec.HolderIdentity = &holder
 		now := metav1.NewMicroTime(time.Now())
 		lease.Spec.AcquireTime = &now

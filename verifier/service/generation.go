@@ -77,14 +77,10 @@ func (t *ticketKeys) clear() {
 // store that cannot record generations records nothing.
 func (s *Service) recordGeneration(ctx context.Context, hello *latchkeyv1.Hello, out *outcome) error {
 	rec, ok := s.cfg.Bindings.(binding.GenerationRecorder)
-	if !ok {
+	if !ok || out.generationRecorded {
 		return nil
 	}
-	gen := s.cfg.Keys.Current()
-	if hello.DiskKeyGeneration != nil {
-		gen = hello.GetDiskKeyGeneration()
-	}
-	err := rec.SetKeyGeneration(ctx, hello.GetDiskUuid(), out.verified.MachineID, gen)
+	err := rec.SetKeyGeneration(ctx, hello.GetDiskUuid(), out.verified.MachineID, s.joinGeneration(hello))
 	var mm *binding.MismatchError
 	switch {
 	case errors.As(err, &mm):
@@ -94,6 +90,31 @@ func (s *Service) recordGeneration(ctx context.Context, hello *latchkeyv1.Hello,
 		return attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "record key generation on disk binding: %w", err)
 	}
 	return nil
+}
+
+// joinGeneration is the generation a join's disk is keyed under: the one
+// its Hello named, or (a first boot) the current one.
+func (s *Service) joinGeneration(hello *latchkeyv1.Hello) uint32 {
+	if hello.DiskKeyGeneration != nil {
+		return hello.GetDiskKeyGeneration()
+	}
+	return s.cfg.Keys.Current()
+}
+
+// claim claims one name of a first join; a disk is claimed with its key
+// generation when the store can record both at once (one write instead of
+// three calls). The generation is recorded for a Hello whose generation
+// the verifier serves only: a refused one must leave no trace of it.
+func (s *Service) claim(ctx context.Context, kind binding.Kind, name, id string, hello *latchkeyv1.Hello, out *outcome) error {
+	gc, ok := s.cfg.Bindings.(binding.GenerationClaimer)
+	gen := s.joinGeneration(hello)
+	if kind != binding.Disk || !ok || !s.cfg.Keys.Serves(gen) {
+		_, err := s.cfg.Bindings.Claim(ctx, kind, name, id)
+		return err
+	}
+	_, made, err := gc.ClaimGeneration(ctx, name, id, gen)
+	out.generationRecorded = made && err == nil
+	return err
 }
 
 func servedList(k *keys.Deriver) string {
