@@ -135,6 +135,7 @@ func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_Joi
 	}
 	if err := ack(stream); err != nil {
 		clear(t.DiskKey)
+		clear(t.PreviousDiskKey)
 		return nil, err
 	}
 	c.logReceived(endpoint, hello.Evidence, t)
