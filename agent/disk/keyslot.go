@@ -147,6 +147,7 @@ func xorInto(dst, src []byte) {
 // by H(be32(index) || block), in place.
 func diffuse(b []byte, h hash.Hash) {
 	var idx [4]byte
+	var sum [sha256.Size]byte
 	size := h.Size()
 	for i := 0; i*size < len(b); i++ {
 		end := min((i+1)*size, len(b))
@@ -154,8 +155,7 @@ func diffuse(b []byte, h hash.Hash) {
 		h.Reset()
 		h.Write(idx[:])
 		h.Write(b[i*size : end])
-		sum := h.Sum(nil)
-		copy(b[i*size:end], sum)
+		copy(b[i*size:end], h.Sum(sum[:0]))
 	}
 }
 

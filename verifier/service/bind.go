@@ -125,5 +125,6 @@ func (s *Service) checkRejoin(ctx context.Context, kind binding.Kind, name, id s
 		_, err := s.cfg.Bindings.Claim(ctx, kind, name, id)
 		return err
 	}
+	s.noteGeneration(kind, r, out) // generation.go
 	return binding.Check(r, id)
 }

@@ -117,6 +117,15 @@ func (s *Service) claim(ctx context.Context, kind binding.Kind, name, id string,
 	return err
 }
 
+// noteGeneration marks the generation recorded when the disk record a
+// rejoin read already holds the one the join would record, so the
+// steady-state rejoin costs no extra read.
+func (s *Service) noteGeneration(kind binding.Kind, r binding.Record, out *outcome) {
+	if kind == binding.Disk && r.KeyGeneration != nil && *r.KeyGeneration == s.joinGeneration(out.hello) {
+		out.generationRecorded = true
+	}
+}
+
 func servedList(k *keys.Deriver) string {
 	s := ""
 	for i, g := range k.Generations() {
