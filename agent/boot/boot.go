@@ -153,7 +153,7 @@ func (b *Boot) Run(ctx context.Context) error {
 	if err != nil {
 		return &StageError{StageDisk, err}
 	}
-	if plan.KeyGeneration != nil { // the header is now on the ticket's generation
+	if _, ok := b.cfg.Disk.(disk.KeyedStage); ok { // the header is now on the ticket's generation
 		plan.KeyGeneration = &res.KeyGeneration
 	}
 	b.cfg.OnProgress(DiskOpen, "state disk open")
@@ -221,7 +221,7 @@ func (b *Boot) joinAttempts(ctx context.Context, plan disk.Plan, first *latchkey
 			}
 			// The disk now carries this node's header: a fresh ticket is
 			// a rejoin that asks for a token.
-			if t, err = b.tokenTicket(ctx, disk.Plan{UUID: plan.UUID, Rejoin: true}); err != nil {
+			if t, err = b.tokenTicket(ctx, disk.Plan{UUID: plan.UUID, Rejoin: true, KeyGeneration: plan.KeyGeneration}); err != nil {
 				return fmt.Errorf("join: fetch ticket: %w", err)
 			}
 		}

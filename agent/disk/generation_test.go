@@ -19,7 +19,7 @@ func rewrapFixture(t *testing.T) (head []byte, w *rewrapWrite) {
 		t.Fatal(err)
 	}
 	base := headerCopy{seqID: h.seqID, json: h.json, generation: h.generation, area: h.area}
-	_, vk, err := unlockCopy(head, []headerCopy{base}, ticketKeys(0, nil))
+	_, vk, _, err := unlockCopy(head, []headerCopy{base}, ticketKeys(0, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,6 +109,22 @@ func (k Keys) keyFor(gen uint32) []byte {
 	return nil
 }
 
+// candidates are the ticket's keys to try on a copy naming gen: its own
+// generation's first.
+func (k Keys) candidates(gen uint32) [][]byte {
+	var out [][]byte
+	own := k.keyFor(gen)
+	if own != nil {
+		out = append(out, own)
+	}
+	for _, key := range [][]byte{k.Current, k.Previous} {
+		if len(key) > 0 && !bytes.Equal(key, own) {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
 // planGeneration is the generation a Hello for this header names: the
 // header's, or in the transitional state the older copy's, so the ticket
 // carries a key for each copy.
@@ -165,45 +181,48 @@ func planRewrap(head []byte, h *header, keys Keys) (*rewrapWrite, error) {
 	if h.prior != nil {
 		copies = append(copies, *h.prior)
 	}
-	idx, vk, err := unlockCopy(head, copies, keys)
+	idx, vk, key, err := unlockCopy(head, copies, keys)
 	if err != nil {
 		return nil, err
 	}
 	defer clear(vk)
 	if h.prior != nil && idx == 0 {
-		return buildFinish(head, copies[0], keys.keyFor(copies[0].generation))
+		return buildFinish(head, copies[0], key)
 	}
 	return buildRewrap(head, copies[idx], vk, keys)
 }
 
 // unlockCopy returns the index of the copy a ticket key opens, with the
-// volume key.
-func unlockCopy(head []byte, copies []headerCopy, keys Keys) (int, []byte, error) {
+// volume key and the key that opened it. Each copy is tried with the key of the generation it names
+// first, then with the ticket's other keys: an agent that predates
+// generations formatted its disk with whatever key the verifier sent but
+// left the subsystem empty (generation 0), and such a header, opened by
+// the current key, is rewrapped to name the generation it is really
+// under. Only the digest decides which key is right.
+func unlockCopy(head []byte, copies []headerCopy, keys Keys) (int, []byte, []byte, error) {
 	var gens []uint32
 	for i, c := range copies {
 		gens = append(gens, c.generation)
-		key := keys.keyFor(c.generation)
-		if key == nil {
-			continue
-		}
 		sp, err := slotParamsOf(c.json)
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, nil, err
 		}
-		vk, err := unwrapVolumeKey(head[c.area:c.area+keyslotAreaSize], key, sp)
-		if errors.Is(err, errWrongKey) {
-			continue
+		for _, key := range keys.candidates(c.generation) {
+			vk, err := unwrapVolumeKey(head[c.area:c.area+keyslotAreaSize], key, sp)
+			if errors.Is(err, errWrongKey) {
+				continue
+			}
+			if err != nil {
+				return 0, nil, nil, err
+			}
+			return i, vk, key, nil
 		}
-		if err != nil {
-			return 0, nil, err
-		}
-		return i, vk, nil
 	}
 	have := fmt.Sprintf("generation %d", keys.Generation)
 	if len(keys.Previous) > 0 {
 		have += fmt.Sprintf(" and %d", keys.PreviousGeneration)
 	}
-	return 0, nil, fmt.Errorf("the header is keyed under master-secret generation %v and the ticket's keys (%s) do not open it", gens, have)
+	return 0, nil, nil, fmt.Errorf("the header is keyed under master-secret generation %v and the ticket's keys (%s) do not open it", gens, have)
 }
 
 // rewrapWrite is a rewrap built in memory: what goes where, in order.

@@ -354,3 +354,25 @@ func TestRewrapFromTransitionalToANewerGeneration(t *testing.T) {
 	// Rewrapped from the secondary copy (area A) into area B.
 	checkSettled(t, r.dev, 2, areaB, 0, 1)
 }
+
+// An agent from before generations, booting after the rotation,
+// formatted its disk with the current key but wrote no subsystem
+// (generation 0). A current agent names generation 0, finds that key 0
+// does not open it and the current key does, and rewraps it so the header
+// names the generation it is really under.
+func TestRewrapHeaderThatNamesTheWrongGeneration(t *testing.T) {
+	r := newRig(t, testDiskSize)
+	r.mustBoot(r.stage(nil), genKey(1)) // Open(key): generation 0 in the header
+	data := storeData(t, r)
+	r.kernel.powerOff()
+	if h, _ := diskHeader(t, r.dev); h.generation != 0 {
+		t.Fatalf("the old agent's header names generation %d", h.generation)
+	}
+	plan, res, err := r.bootKeys(r.stage(nil), 1)
+	if err != nil || *plan.KeyGeneration != 0 || res.KeyGeneration != 1 {
+		t.Fatalf("boot: plan %+v, result %+v, %v", plan, res, err)
+	}
+	checkData(t, r, data)
+	r.kernel.powerOff()
+	checkSettled(t, r.dev, 1, areaB, 0)
+}

@@ -70,9 +70,7 @@ func (t *ticketKeys) clear() {
 }
 
 // recordGeneration writes to the disk's binding record the generation
-// this join's disk is keyed under: the one the Hello named, or on a first
-// boot (none named) the current one, which the agent writes into the new
-// header. It is written before the ticket leaves, so `secret retire`
+// this join's disk is keyed under (joinGeneration). It is written before the ticket leaves, so `secret retire`
 // never misses a disk that holds a key of the generation it retires. A
 // store that cannot record generations records nothing.
 func (s *Service) recordGeneration(ctx context.Context, hello *latchkeyv1.Hello, out *outcome) error {
@@ -92,11 +90,21 @@ func (s *Service) recordGeneration(ctx context.Context, hello *latchkeyv1.Hello,
 	return nil
 }
 
-// joinGeneration is the generation a join's disk is keyed under: the one
-// its Hello named, or (a first boot) the current one.
+// joinGeneration is the generation a join's disk is recorded under: the
+// one its Hello named; for a first boot naming none, the current one (the
+// agent writes it into the new header); for a rejoin naming none, 0. A
+// rejoin names no generation only from an agent that predates
+// generations (it wrote and reads generation-0 headers) or from the
+// key-only stage (no header the agent can read): recording the current
+// generation for those would let `secret retire` retire the secret their
+// disk still needs, so they are recorded as the generation every
+// pre-generation header has, and keep generation 0 from being retired.
 func (s *Service) joinGeneration(hello *latchkeyv1.Hello) uint32 {
-	if hello.DiskKeyGeneration != nil {
+	switch {
+	case hello.DiskKeyGeneration != nil:
 		return hello.GetDiskKeyGeneration()
+	case hello.GetRejoin():
+		return 0
 	}
 	return s.cfg.Keys.Current()
 }

@@ -69,6 +69,20 @@ func TestTicketGenerations(t *testing.T) {
 		t.Fatalf("rejoin on generation 0 recorded %v, want 0 (the disk may still be on it)", g)
 	}
 
+	// A rejoin naming no generation comes from an agent that predates
+	// generations (its header is generation 0) or the key-only stage: it
+	// gets the current key alone and is recorded as 0, so generation 0
+	// cannot be retired under it.
+	legacy := worker(diskA)
+	legacy.Rejoin = true
+	tk, err = c.Get(context.Background(), legacy)
+	if err != nil || !bytes.Equal(tk.DiskKey, want2) || tk.KeyGeneration != 2 || len(tk.PreviousDiskKey) != 0 {
+		t.Fatalf("rejoin naming no generation: %v", err)
+	}
+	if g := recorded(); g == nil || *g != 0 {
+		t.Fatalf("rejoin naming no generation recorded %v, want 0", g)
+	}
+
 	cur := worker(diskA)
 	cur.Rejoin, cur.DiskKeyGeneration = true, gen(2)
 	tk, err = c.Get(context.Background(), cur)
