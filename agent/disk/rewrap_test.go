@@ -92,6 +92,28 @@ func cryptsetupOpens(t *testing.T, dev string, key []byte) bool {
 	return false
 }
 
+// opens checks that cryptsetup and luks.go (the agent's unseal, on the
+// detached header) open the header on dev with generation yes's key and
+// with none of no's.
+func opens(t *testing.T, dev string, yes uint32, no ...uint32) {
+	t.Helper()
+	head := readDev(t, dev, 0, blankCheckLength)
+	if !cryptsetupOpens(t, dev, genKey(yes)) {
+		t.Fatalf("cryptsetup does not open the header with generation %d's key", yes)
+	}
+	if _, err := unsealDetached(head, genKey(yes), "", DataOffset+mib); err != nil {
+		t.Fatalf("luks.go does not open the header with generation %d's key: %v", yes, err)
+	}
+	for _, o := range no {
+		if cryptsetupOpens(t, dev, genKey(o)) {
+			t.Fatalf("cryptsetup still opens the header with generation %d's key", o)
+		}
+		if _, err := unsealDetached(head, genKey(o), "", DataOffset+mib); err == nil {
+			t.Fatalf("luks.go still opens the header with generation %d's key", o)
+		}
+	}
+}
+
 // header reads and validates the header on dev.
 func diskHeader(t *testing.T, dev string) (*header, []byte) {
 	t.Helper()
@@ -115,14 +137,7 @@ func checkSettled(t *testing.T, dev string, gen uint32, area int64, old ...uint3
 	if !allZero(head[otherArea(area) : otherArea(area)+keyslotAreaSize]) {
 		t.Fatal("the old keyslot area still holds key material")
 	}
-	if !cryptsetupOpens(t, dev, genKey(gen)) {
-		t.Fatalf("cryptsetup does not open the header with generation %d's key", gen)
-	}
-	for _, o := range old {
-		if cryptsetupOpens(t, dev, genKey(o)) {
-			t.Fatalf("cryptsetup still opens the header with generation %d's key", o)
-		}
-	}
+	opens(t, dev, gen, old...)
 	if got := cString(head[offSubsystem : offSubsystem+48]); got != subsystemName(gen) {
 		t.Fatalf("subsystem %q, want %q", got, subsystemName(gen))
 	}
@@ -295,9 +310,7 @@ func TestRewrapKilledAtEveryStep(t *testing.T) {
 				if h.seqID != before.seqID || h.generation != 0 || h.prior != nil || allZero(head[areaB:areaB+keyslotAreaSize]) {
 					t.Fatalf("header after %s: %+v", step, h)
 				}
-				if !cryptsetupOpens(t, r.dev, genKey(0)) || cryptsetupOpens(t, r.dev, genKey(1)) {
-					t.Fatal("cryptsetup: want the old key to open the old header, the new one not")
-				}
+				opens(t, r.dev, 0, 1) // the old key opens the old header, the new one not
 			case StepRewrapPrimaryWritten: // the transitional state
 				if h.prior == nil || h.generation != 1 || h.prior.generation != 0 || h.seqID != before.seqID+1 || h.area != areaB || h.prior.area != areaA {
 					t.Fatalf("header after %s: %+v, want the transitional state", step, h)
@@ -306,9 +319,7 @@ func TestRewrapKilledAtEveryStep(t *testing.T) {
 				if h.prior != nil || h.generation != 1 || allZero(head[areaA:areaA+keyslotAreaSize]) {
 					t.Fatalf("header after %s: %+v", step, h)
 				}
-				if !cryptsetupOpens(t, r.dev, genKey(1)) || cryptsetupOpens(t, r.dev, genKey(0)) {
-					t.Fatal("cryptsetup: want the new key to open the new header, the old one not")
-				}
+				opens(t, r.dev, 1, 0) // the new key opens the new header, the old one not
 			case StepRewrapOldAreaZeroed:
 				checkSettled(t, r.dev, 1, areaB, 0)
 			}
@@ -375,4 +386,31 @@ func TestRewrapHeaderThatNamesTheWrongGeneration(t *testing.T) {
 	checkData(t, r, data)
 	r.kernel.powerOff()
 	checkSettled(t, r.dev, 1, areaB, 0)
+}
+
+// A rewrap killed after its primary write, and the boot that finishes it
+// killed too, after each of the finishing writes: the boot after that
+// still ends on the current generation with the data intact.
+func TestRewrapFinishKilled(t *testing.T) {
+	requireRoot(t)
+	for _, step := range []Step{StepRewrapSecondaryWritten, StepRewrapOldAreaZeroed} {
+		t.Run(string(step), func(t *testing.T) {
+			r := newRig(t, testDiskSize)
+			r.mustBoot(r.stage(nil), genKey(0))
+			data := storeData(t, r)
+			r.kernel.powerOff()
+			killedRewrap(t, r.dev, StepRewrapPrimaryWritten, 1)
+			killedRewrap(t, r.dev, step, 1)
+			if h, _ := diskHeader(t, r.dev); h.prior != nil || h.generation != 1 {
+				t.Fatalf("after the finishing boot was killed at %s: generation %d, transitional %v", step, h.generation, h.prior != nil)
+			}
+			_, res, err := r.bootKeys(r.stage(nil), 1)
+			if err != nil || res.KeyGeneration != 1 {
+				t.Fatalf("boot: %+v %v", res, err)
+			}
+			checkData(t, r, data)
+			r.kernel.powerOff()
+			checkSettled(t, r.dev, 1, areaB, 0)
+		})
+	}
 }
