@@ -100,7 +100,8 @@ type Config struct {
 	// OnProgress is told where the boot stands, with a line for humans
 	// (STATUS=, the status API); optional.
 	OnProgress func(p Progress, line string)
-	// OnPlan is told what the disk stage found; optional.
+	// OnPlan is told what the disk stage found, and again once the disk
+	// is open with the generation it is keyed under now; optional.
 	OnPlan func(disk.Plan)
 }
 
@@ -155,6 +156,9 @@ func (b *Boot) Run(ctx context.Context) error {
 	}
 	if _, ok := b.cfg.Disk.(disk.KeyedStage); ok { // the header is now on the ticket's generation
 		plan.KeyGeneration = &res.KeyGeneration
+		if b.cfg.OnPlan != nil {
+			b.cfg.OnPlan(plan)
+		}
 	}
 	b.cfg.OnProgress(DiskOpen, "state disk open")
 	if err := b.join(ctx, plan, res, t); err != nil {

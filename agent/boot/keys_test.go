@@ -45,7 +45,9 @@ func TestRewrapKeysReachTheDiskStage(t *testing.T) {
 	one := uint32(1)
 	d := &keyedDisk{fakeDisk: fakeDisk{plan: disk.Plan{UUID: "u", Rejoin: true, KeyGeneration: &one}}}
 	tk := &generationTickets{}
-	b, err := New(Config{NodeName: "n1", Role: latchkeyv1.Role_ROLE_WORKER, Disk: d, Tickets: tk, Joiner: &fakeJoiner{}})
+	var plans []disk.Plan
+	b, err := New(Config{NodeName: "n1", Role: latchkeyv1.Role_ROLE_WORKER, Disk: d, Tickets: tk, Joiner: &fakeJoiner{},
+		OnPlan: func(p disk.Plan) { plans = append(plans, p) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +56,11 @@ func TestRewrapKeysReachTheDiskStage(t *testing.T) {
 	}
 	if len(tk.reqs) != 2 || *tk.reqs[0].DiskKeyGeneration != 1 || tk.reqs[1].DiskKeyGeneration == nil || *tk.reqs[1].DiskKeyGeneration != 3 {
 		t.Fatalf("requests %+v: want generation 1, then 3 once the disk is rewrapped", tk.reqs)
+	}
+	// OnPlan hears the generation found, then the one the disk is on now
+	// (what re-attestation reports).
+	if len(plans) != 2 || *plans[0].KeyGeneration != 1 || *plans[1].KeyGeneration != 3 {
+		t.Fatalf("plans %+v", plans)
 	}
 	if d.keys.Generation != 3 || d.keys.PreviousGeneration != 1 || !bytes.Equal(d.prevSeen, bytes.Repeat([]byte{1}, 32)) {
 		t.Fatalf("keys %+v", d.keys)

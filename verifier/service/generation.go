@@ -134,6 +134,30 @@ func (s *Service) noteGeneration(kind binding.Kind, r binding.Record, out *outco
 	}
 }
 
+// Log keys of the generation lines.
+const (
+	logDisk       = "disk"
+	logGeneration = "key_generation"
+	logErr        = "error"
+)
+
+// reattestGeneration records on the disk's binding the generation a
+// re-attestation names: the open disk's, after any rewrap at its boot, so
+// the record (and `secret retire`) follows a rewrap without waiting for
+// the next boot. The evidence is authenticated and the store checks that
+// the disk is bound to this machine; a failure to record is logged and
+// never fails the re-attestation.
+func (s *Service) reattestGeneration(ctx context.Context, hello *latchkeyv1.Hello, v *attest.Verified) {
+	rec, ok := s.cfg.Bindings.(binding.GenerationRecorder)
+	if !ok || hello.DiskKeyGeneration == nil {
+		return
+	}
+	if err := rec.SetKeyGeneration(ctx, hello.GetDiskUuid(), v.MachineID, hello.GetDiskKeyGeneration()); err != nil {
+		s.log.Warn("re-attestation: could not record the disk's key generation", logDisk, hello.GetDiskUuid(),
+			logGeneration, hello.GetDiskKeyGeneration(), logErr, err.Error())
+	}
+}
+
 func servedList(k *keys.Deriver) string {
 	s := ""
 	for i, g := range k.Generations() {

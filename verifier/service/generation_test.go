@@ -117,3 +117,29 @@ func TestRetiredGenerationRefused(t *testing.T) {
 		t.Fatalf("audit line lacks the reason:\n%s", e.logs)
 	}
 }
+
+// A re-attestation names the open disk's generation (after its rewrap),
+// and the disk record follows it without waiting for the next boot.
+func TestReattestRecordsGeneration(t *testing.T) {
+	var store binding.Store
+	e := startVerifier(t, envOpt{keys: generations(t), bindings: &store})
+	c := client(t, e, &attesttest.Issuer{})
+	old := worker(diskA)
+	old.Rejoin, old.DiskKeyGeneration = true, gen(0)
+	if _, err := c.Get(context.Background(), worker(diskA)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(context.Background(), old); err != nil {
+		t.Fatal(err)
+	}
+	re := worker(diskA)
+	re.Rejoin, re.Reattest, re.DiskKeyGeneration = true, true, gen(2)
+	tk, err := c.Get(context.Background(), re)
+	if err != nil || len(tk.GetDiskKey()) != 0 || len(tk.GetPreviousDiskKey()) != 0 {
+		t.Fatalf("re-attestation: %v", err)
+	}
+	r, err := store.Get(context.Background(), binding.Disk, diskA)
+	if err != nil || r.KeyGeneration == nil || *r.KeyGeneration != 2 {
+		t.Fatalf("disk record after the re-attestation: %+v %v, want generation 2", r, err)
+	}
+}
