@@ -46,6 +46,7 @@ func (a *Agent) Reattest(plan disk.Plan, onRound func(int, reattest.Result, erro
 		return nil, err
 	}
 	return reattest.New(reattest.Config{NodeName: a.cfg.NodeName, DiskUUID: plan.UUID, Role: role(a.cfg.Role),
+		DiskKeyGeneration: plan.KeyGeneration,
 		// The ticket client's own timeout ends a round first, so its
 		// error keeps the refusal (a cut-short parent would hide it).
 		Tickets: tickets, Interval: interval, RoundTimeout: round + roundGrace, Logger: a.deps.Logger, OnRound: onRound})

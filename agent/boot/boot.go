@@ -101,7 +101,8 @@ type Config struct {
 	// OnProgress is told where the boot stands, with a line for humans
 	// (STATUS=, the status API); optional.
 	OnProgress func(p Progress, line string)
-	// OnPlan is told what the disk stage found; optional.
+	// OnPlan is told what the disk stage found, and again once the disk
+	// is open with the generation it is keyed under now; optional.
 	OnPlan func(disk.Plan)
 }
 
@@ -154,6 +155,12 @@ func (b *Boot) Run(ctx context.Context) error {
 	if err != nil {
 		return &StageError{StageDisk, err}
 	}
+	if _, ok := b.cfg.Disk.(disk.KeyedStage); ok { // the header is now on the ticket's generation
+		plan.KeyGeneration = &res.KeyGeneration
+		if b.cfg.OnPlan != nil {
+			b.cfg.OnPlan(plan)
+		}
+	}
 	b.cfg.OnProgress(DiskOpen, "state disk open")
 	if err := b.join(ctx, plan, res, t); err != nil {
 		return err
@@ -164,7 +171,7 @@ func (b *Boot) Run(ctx context.Context) error {
 
 func (b *Boot) request(plan disk.Plan, wantToken bool) ticket.Request {
 	return ticket.Request{NodeName: b.cfg.NodeName, DiskUUID: plan.UUID, Role: b.cfg.Role,
-		Rejoin: plan.Rejoin, RequestToken: wantToken}
+		Rejoin: plan.Rejoin, RequestToken: wantToken, DiskKeyGeneration: plan.KeyGeneration}
 }
 
 // openDisk hands the key to the disk stage and clears it afterwards; the
@@ -172,7 +179,7 @@ func (b *Boot) request(plan disk.Plan, wantToken bool) ticket.Request {
 func (b *Boot) openDisk(ctx context.Context, plan disk.Plan, t *latchkeyv1.Ticket) (disk.Result, error) {
 	b.cfg.OnProgress(OpeningDisk, "unlocking state disk")
 	defer clear(t.DiskKey)
-	res, err := b.cfg.Disk.Open(ctx, plan, t.DiskKey)
+	res, err := openWithKeys(ctx, b.cfg.Disk, plan, t) // keys.go
 	if err != nil {
 		return res, err
 	}
@@ -219,7 +226,7 @@ func (b *Boot) joinAttempts(ctx context.Context, plan disk.Plan, first *latchkey
 			}
 			// The disk now carries this node's header: a fresh ticket is
 			// a rejoin that asks for a token.
-			if t, err = b.tokenTicket(ctx, disk.Plan{UUID: plan.UUID, Rejoin: true}); err != nil {
+			if t, err = b.tokenTicket(ctx, disk.Plan{UUID: plan.UUID, Rejoin: true, KeyGeneration: plan.KeyGeneration}); err != nil {
 				return fmt.Errorf("join: fetch ticket: %w", err)
 			}
 		}
@@ -244,6 +251,7 @@ func (b *Boot) tokenTicket(ctx context.Context, plan disk.Plan) (*latchkeyv1.Tic
 		return nil, err
 	}
 	clear(t.DiskKey)
+	clear(t.PreviousDiskKey)
 	if t.GetToken() == "" {
 		return nil, fmt.Errorf("the verifier issued no bootstrap token for a rejoin that asked for one")
 	}

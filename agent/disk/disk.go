@@ -34,7 +34,11 @@
 // identical JSON in both copies, and JSON that equals, key for key, one
 // aes-xts-plain64 crypt segment at 16 MiB with 4 KiB sectors, one luks2
 // keyslot with a 512-bit key and pbkdf2-sha256 at 1000 iterations, one
-// pbkdf2 digest, no tokens, no flags, no requirements. The JSON is
+// pbkdf2 digest, no tokens, no flags, no requirements; keyslot 0's area
+// is area A or B and the subsystem field names the master-secret
+// generation (none, or latchkey-g<n>). The copies must be identical,
+// except in the one transitional state a rewrap cut short between its
+// two header writes leaves (generation.go). The JSON is
 // compared as a tree parsed token by token, so duplicate keys, case
 // variants and trailing documents, which encoding/json (and so luks.go)
 // would silently accept, are refused. A cipher_null segment, another
@@ -59,6 +63,11 @@
 // redone while a finished file system that later went missing is refused,
 // never remade (unless WipeStateDisk names the disk).
 //
+// Rewrap. A header on an older master-secret generation than the
+// ticket's key is re-keyed at boot, in memory first, then written in an
+// order where a crash after any write leaves a state the next boot
+// finishes, with the volume key (so the data) untouched (rewrap.go).
+//
 // Keys. The ticket's key reaches cryptsetup on a pipe and luks.go in
 // memory; it is never in an argument list, a file or a log. The volume key
 // lives in luks.go's Volume (unexported, not clearable) only until the
@@ -82,6 +91,9 @@ import (
 type Plan struct {
 	UUID   string
 	Rejoin bool
+	// KeyGeneration is the master-secret generation the validated header
+	// names (rewrap.go), for the Hello; nil on a first boot.
+	KeyGeneration *uint32
 }
 
 // Result is what Open produced.
@@ -98,6 +110,9 @@ type Result struct {
 	// Formatted says this run wrote the LUKS header; MadeFileSystem that
 	// it made the file system (both false on an ordinary reboot).
 	Formatted, MadeFileSystem bool
+	// KeyGeneration is the master-secret generation the disk is keyed
+	// under once open (the ticket's key_generation).
+	KeyGeneration uint32
 }
 
 // Stage is the disk stage of a boot.

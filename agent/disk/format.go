@@ -51,9 +51,10 @@ func formatArgs(uuid, target string) []string {
 	}
 }
 
-// formatImage runs luksFormat on a memory file and returns it, checked:
-// the header has exactly latchkey's shape and the key unseals it.
-func (l *LUKS) formatImage(ctx context.Context, uuid string, key []byte) (*os.File, error) {
+// formatImage runs luksFormat on a memory file, writes generation gen
+// into its subsystem field, and returns it, checked: the header has
+// exactly latchkey's shape and the key unseals it.
+func (l *LUKS) formatImage(ctx context.Context, uuid string, key []byte, gen uint32) (*os.File, error) {
 	img, err := memFile("latchkey-luks-image", imageSize)
 	if err != nil {
 		return nil, err
@@ -65,7 +66,10 @@ func (l *LUKS) formatImage(ctx context.Context, uuid string, key []byte) (*os.Fi
 		ExtraFiles: []*os.File{img},
 	})
 	if err == nil {
-		err = checkImage(img, uuid, key)
+		err = stampGeneration(img, gen)
+	}
+	if err == nil {
+		err = checkImage(img, uuid, key, gen)
 	}
 	if err != nil {
 		img.Close()
@@ -74,15 +78,19 @@ func (l *LUKS) formatImage(ctx context.Context, uuid string, key []byte) (*os.Fi
 	return img, nil
 }
 
-func checkImage(img *os.File, uuid string, key []byte) error {
+func checkImage(img *os.File, uuid string, key []byte, gen uint32) error {
 	head := make([]byte, headAndKeyslot)
 	if _, err := img.ReadAt(head, 0); err != nil {
 		return err
 	}
-	if _, err := validateHeader(head, uuid); err != nil {
+	h, err := validateHeader(head, uuid)
+	if err != nil {
 		return fmt.Errorf("cryptsetup produced an unexpected header: %w", err)
 	}
-	_, err := unsealDetached(head, key, "", DataOffset+mib)
+	if h.generation != gen || h.prior != nil || h.area != areaA {
+		return fmt.Errorf("the formatted header names generation %d, area %d; want %d, %d", h.generation, h.area, gen, areaA)
+	}
+	_, err = unsealDetached(head, key, "", DataOffset+mib)
 	return err
 }
 

@@ -38,13 +38,30 @@ type binHeader struct {
 	label     string
 	uuid      string
 	hdrOffset uint64
+	// generation is the master-secret generation the subsystem field
+	// names (generation.go); set by checkBinFields.
+	generation uint32
 }
 
 // header is a validated pair of LUKS2 headers, as read from the device.
+// Its fields describe the primary copy; prior is set only in the one
+// transitional state of a rewrap cut short between its two header writes
+// (rewrap.go), and describes the secondary copy, still the old one.
 type header struct {
-	uuid  string
-	seqID uint64
-	json  []byte
+	uuid       string
+	seqID      uint64
+	json       []byte
+	generation uint32
+	area       int64 // keyslot 0's area offset: areaA or areaB
+	prior      *headerCopy
+}
+
+// headerCopy is one copy of a transitional header.
+type headerCopy struct {
+	seqID      uint64
+	json       []byte
+	generation uint32
+	area       int64
 }
 
 // parseBinHeader reads the fixed fields of the binary header at b[0:4096]
@@ -60,11 +77,19 @@ func parseBinHeader(b []byte) binHeader {
 	}
 }
 
-// validateHeader checks both LUKS2 headers at the start of head (at least
-// 32 KiB) are exactly what latchkey's luksFormat writes: fixed sizes,
-// label, checksum algorithm, clean padding, a valid checksum, identical
-// metadata in both copies, and JSON of exactly the expected shape. A
-// non-empty wantUUID must match too.
+// validateHeader checks both LUKS2 headers at the start of head (at
+// least 32 KiB; the transitional state needs headAndKeyslot bytes) are
+// exactly what latchkey writes. Each copy: its magic, version 2, the fixed
+// header size and its own offset, latchkey's label, sha256 as checksum
+// algorithm, a subsystem that is empty (generation 0) or latchkey-g<n>
+// (n a canonical decimal from 1 to MaxKeyGeneration), a canonical UUID,
+// clean padding, a valid checksum, a JSON area holding one document
+// followed only by NULs, and JSON of exactly the expected shape (shape.go;
+// keyslot 0's area at areaA or areaB). The two copies: the same UUID
+// (and wantUUID, when non-empty), and either identical (seqid, JSON and
+// subsystem), or in the one transitional state a rewrap leaves when cut
+// short between its primary and secondary writes (checkTransition):
+// anything else is refused.
 func validateHeader(head []byte, wantUUID string) (*header, error) {
 	if len(head) < keyslotsOffset {
 		return nil, fmt.Errorf("%w: header area is %d bytes", ErrHeaderRejected, len(head))
@@ -77,7 +102,7 @@ func validateHeader(head []byte, wantUUID string) (*header, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: secondary header: %v", ErrHeaderRejected, err)
 	}
-	if p.seqID != s.seqID || p.uuid != s.uuid || !bytes.Equal(pj, sj) {
+	if p.uuid != s.uuid {
 		return nil, fmt.Errorf("%w: primary and secondary headers differ", ErrHeaderRejected)
 	}
 	if wantUUID != "" && p.uuid != wantUUID {
@@ -86,7 +111,20 @@ func validateHeader(head []byte, wantUUID string) (*header, error) {
 	if err := checkShape(pj); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrHeaderRejected, err)
 	}
-	return &header{uuid: p.uuid, seqID: p.seqID, json: pj}, nil
+	pp, err := slotParamsOf(pj)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrHeaderRejected, err)
+	}
+	h := &header{uuid: p.uuid, seqID: p.seqID, json: pj, generation: p.generation, area: pp.areaOffset}
+	if p.seqID == s.seqID && p.generation == s.generation && bytes.Equal(pj, sj) {
+		return h, nil
+	}
+	prior, err := checkTransition(head, p, pj, pp, s, sj)
+	if err != nil {
+		return nil, fmt.Errorf("%w: primary and secondary headers differ (%v)", ErrHeaderRejected, err)
+	}
+	h.prior = prior
+	return h, nil
 }
 
 // checkOneHeader validates one 16 KiB header copy and returns its JSON.
@@ -95,7 +133,7 @@ func checkOneHeader(area []byte, magic []byte, offset uint64) (binHeader, []byte
 		return binHeader{}, nil, fmt.Errorf("no %q magic", magic[:4])
 	}
 	h := parseBinHeader(area)
-	if err := checkBinFields(area, h, offset); err != nil {
+	if err := checkBinFields(area, &h, offset); err != nil {
 		return h, nil, err
 	}
 	if err := checkChecksum(area); err != nil {
@@ -105,7 +143,12 @@ func checkOneHeader(area []byte, magic []byte, offset uint64) (binHeader, []byte
 	return h, js, err
 }
 
-func checkBinFields(area []byte, h binHeader, offset uint64) error {
+func checkBinFields(area []byte, h *binHeader, offset uint64) error {
+	gen, err := parseSubsystem(area[offSubsystem : offSubsystem+48])
+	if err != nil {
+		return err
+	}
+	h.generation = gen
 	switch {
 	case h.version != 2:
 		return fmt.Errorf("version %d, want 2", h.version)
@@ -117,8 +160,6 @@ func checkBinFields(area []byte, h binHeader, offset uint64) error {
 		return fmt.Errorf("label %q, want %q", h.label, HeaderLabel)
 	case !fixedField(area[offCsumAlg:offCsumAlg+32], luksHash):
 		return fmt.Errorf("checksum algorithm %q, want %q", cString(area[offCsumAlg:offCsumAlg+32]), luksHash)
-	case !fixedField(area[offSubsystem:offSubsystem+48], ""):
-		return fmt.Errorf("subsystem %q, want none", cString(area[offSubsystem:offSubsystem+48]))
 	case !protocol.ValidDiskUUID(h.uuid) || !fixedField(area[offUUID:offUUID+40], h.uuid):
 		return fmt.Errorf("malformed UUID %q", h.uuid)
 	case !allZero(area[offPadding:offCsum]) || !allZero(area[offPadding2:binHeaderSize]):

@@ -6,7 +6,8 @@ package disk
 //
 //	0        16 KiB  primary LUKS2 header (4 KiB binary + 12 KiB JSON)
 //	16 KiB   32 KiB  secondary LUKS2 header
-//	32 KiB   15 MiB  keyslots area (keyslot 0 at its start, the rest random)
+//	32 KiB   15 MiB  keyslots area (keyslot 0 in area A at its start or B
+//	                 right after, generation.go; the rest random)
 //	15 MiB   16 MiB  gap: latchkey's state record (two 4 KiB slots)
 //	16 MiB   end     the encrypted data segment (4 KiB sectors)
 const (
@@ -17,26 +18,28 @@ const (
 	// DataOffset is where the encrypted data segment starts.
 	DataOffset = 16 << 20
 
-	mib              = 1 << 20
-	binHeaderSize    = 4096
-	hdrSize          = 16384 // one binary header plus its JSON area
-	secondaryOffset  = hdrSize
-	jsonAreaSize     = hdrSize - binHeaderSize
-	keyslotsOffset   = 2 * hdrSize
-	keyslotAreaSize  = 258048   // 64-byte key × 4000 AF stripes, 4 KiB aligned
-	keyslotsSize     = 15695872 // keyslots area: up to the gap at 15 MiB
-	recordOffset     = keyslotsOffset + keyslotsSize
-	recordSlotSize   = 4096
-	sectorSize       = 4096
-	volumeKeyBytes   = 64 // aes-xts-plain64 with two 256-bit AES keys
-	kdfIterations    = 1000
-	afStripes        = 4000
-	saltBytes        = 32
-	luksCipher       = "aes-xts-plain64"
-	luksHash         = "sha256"
-	minDeviceSize    = DataOffset + 16*mib
-	imageSize        = DataOffset + mib // the in-memory format target
-	headAndKeyslot   = keyslotsOffset + keyslotAreaSize
+	mib             = 1 << 20
+	binHeaderSize   = 4096
+	hdrSize         = 16384 // one binary header plus its JSON area
+	secondaryOffset = hdrSize
+	jsonAreaSize    = hdrSize - binHeaderSize
+	keyslotsOffset  = 2 * hdrSize
+	keyslotAreaSize = 258048   // 64-byte key × 4000 AF stripes, 4 KiB aligned
+	keyslotsSize    = 15695872 // keyslots area: up to the gap at 15 MiB
+	recordOffset    = keyslotsOffset + keyslotsSize
+	recordSlotSize  = 4096
+	sectorSize      = 4096
+	volumeKeyBytes  = 64 // aes-xts-plain64 with two 256-bit AES keys
+	kdfIterations   = 1000
+	afStripes       = 4000
+	saltBytes       = 32
+	luksCipher      = "aes-xts-plain64"
+	luksHash        = "sha256"
+	minDeviceSize   = DataOffset + 16*mib
+	imageSize       = DataOffset + mib // the in-memory format target
+	// headAndKeyslot: both header copies and both keyslot areas a
+	// rewrap alternates between (generation.go).
+	headAndKeyslot   = keyslotsOffset + 2*keyslotAreaSize
 	blankCheckLength = mib
 )
 

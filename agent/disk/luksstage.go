@@ -65,7 +65,7 @@ func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
 	}
 	switch p.kind {
 	case kindOurs:
-		return Plan{UUID: p.uuid, Rejoin: true}, nil
+		return Plan{UUID: p.uuid, Rejoin: true, KeyGeneration: planGeneration(p.hdr)}, nil
 	case kindInterrupted:
 		if err := l.usable(d, true); err != nil {
 			return Plan{}, err
@@ -92,10 +92,14 @@ func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
 // exclusive flock on the whole disk (lock.go) and classifies the device
 // again from the locked descriptor, so a second agent on the same disk
 // waits and then finds the first one's header instead of writing its own.
+//
+// Open takes one key, of generation 0; OpenKeys (rewrap.go) takes every
+// key of a ticket.
 func (l *LUKS) Open(ctx context.Context, plan Plan, key []byte) (Result, error) {
-	if len(key) != protocol.DiskKeySize {
-		return Result{}, fmt.Errorf("luks disk stage: ticket key is %d bytes, want %d", len(key), protocol.DiskKeySize)
-	}
+	return l.OpenKeys(ctx, plan, Keys{Current: key})
+}
+
+func (l *LUKS) open(ctx context.Context, plan Plan, keys Keys) (Result, error) {
 	if !protocol.ValidDiskUUID(plan.UUID) {
 		return Result{}, fmt.Errorf("luks disk stage: malformed plan UUID %q", plan.UUID)
 	}
@@ -119,7 +123,7 @@ func (l *LUKS) Open(ctx context.Context, plan Plan, key []byte) (Result, error) 
 	}
 	formatted := false
 	if p.kind != kindOurs || p.uuid != plan.UUID {
-		if err := l.ensureHeader(ctx, plan, key, d, p); err != nil {
+		if err := l.ensureHeader(ctx, plan, keys, d, p); err != nil {
 			return Result{}, err
 		}
 		formatted = true
@@ -133,7 +137,7 @@ func (l *LUKS) Open(ctx context.Context, plan Plan, key []byte) (Result, error) 
 			return Result{}, err
 		}
 	}
-	res, err := l.openVolume(ctx, d, p, plan.UUID, key)
+	res, err := l.openVolume(ctx, d, p, plan.UUID, keys)
 	res.Formatted = formatted
 	return res, err
 }
@@ -142,7 +146,7 @@ func (l *LUKS) Open(ctx context.Context, plan Plan, key []byte) (Result, error) 
 // blank disk, over our own interrupted install, or over foreign data
 // WipeStateDisk names; never over a complete latchkey header. The caller
 // holds the disk's lock and classified d under it.
-func (l *LUKS) ensureHeader(ctx context.Context, plan Plan, key []byte, d *device, p probe) error {
+func (l *LUKS) ensureHeader(ctx context.Context, plan Plan, keys Keys, d *device, p probe) error {
 	switch {
 	case p.kind == kindOurs:
 		return fmt.Errorf("%w: the disk now carries latchkey's header for %s (another agent formatted it?), plan says %s; not rewriting it", ErrStateChanged, p.uuid, plan.UUID)
@@ -160,7 +164,7 @@ func (l *LUKS) ensureHeader(ctx context.Context, plan Plan, key []byte, d *devic
 	if err := l.usable(d, true); err != nil {
 		return err
 	}
-	img, err := l.formatImage(ctx, plan.UUID, key)
+	img, err := l.formatImage(ctx, plan.UUID, keys.Current, keys.Generation)
 	if err != nil {
 		return err
 	}
@@ -183,12 +187,17 @@ func (l *LUKS) ensureHeader(ctx context.Context, plan Plan, key []byte, d *devic
 }
 
 // openVolume unseals the header validated in p (read from d moments ago,
-// never re-read), maps it, and does the rest.
-func (l *LUKS) openVolume(ctx context.Context, d *device, p probe, uuid string, key []byte) (Result, error) {
+// never re-read; rewrapped in memory and on the disk first when it is on
+// another generation than the ticket's key), maps it, and does the rest.
+func (l *LUKS) openVolume(ctx context.Context, d *device, p probe, uuid string, keys Keys) (Result, error) {
 	if p.kind != kindOurs || p.uuid != uuid {
 		return Result{}, fmt.Errorf("%w: expected latchkey's header for %s, found %s", ErrStateChanged, uuid, describeKind(p))
 	}
-	mapped, err := l.unsealAndMap(ctx, d, p, key)
+	p, err := l.settleGeneration(d, p, keys) // rewrap.go
+	if err != nil {
+		return Result{}, err
+	}
+	mapped, err := l.unsealAndMap(ctx, d, p, keys.Current)
 	if err != nil {
 		return Result{}, err
 	}
@@ -199,7 +208,7 @@ func (l *LUKS) openVolume(ctx context.Context, d *device, p probe, uuid string, 
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{MountPoint: l.cfg.MountPoint, Device: mapped, UUID: uuid, FSType: fstype, MadeFileSystem: made}
+	res := Result{MountPoint: l.cfg.MountPoint, Device: mapped, UUID: uuid, FSType: fstype, MadeFileSystem: made, KeyGeneration: keys.Generation}
 	return l.mountAll(ctx, res)
 }
 

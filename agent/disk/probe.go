@@ -42,6 +42,8 @@ type probe struct {
 	// altered: a LUKS2 header with latchkey's label that fails
 	// validation: latchkey's own disk, changed since it was made.
 	altered bool
+	// hdr is the validated header (kindOurs).
+	hdr *header
 }
 
 // classify reads the device and decides what it is. The order matters:
@@ -115,7 +117,7 @@ func classifyLUKS(head []byte) (probe, bool) {
 			}
 			return p, true
 		}
-		return probe{kind: kindOurs, uuid: h.uuid, head: head}, true
+		return probe{kind: kindOurs, uuid: h.uuid, head: head, hdr: h}, true
 	default:
 		return foreign(head, fmt.Sprintf("a LUKS header of unknown version %d", v)), true
 	}

@@ -52,7 +52,7 @@ func expectedShape() obj {
 			"type":     "luks2",
 			"key_size": n(volumeKeyBytes),
 			"af":       obj{"type": "luks1", "stripes": n(afStripes), "hash": luksHash},
-			"area": obj{"type": "raw", "offset": s(keyslotsOffset), "size": s(keyslotAreaSize),
+			"area": obj{"type": "raw", "offset": oneOf(s(areaA), s(areaB)), "size": s(keyslotAreaSize),
 				"encryption": luksCipher, "key_size": n(volumeKeyBytes)},
 			"kdf": obj{"type": "pbkdf2", "hash": luksHash, "iterations": n(kdfIterations),
 				"salt": base64Of(saltBytes)},
@@ -71,6 +71,18 @@ func expectedShape() obj {
 }
 
 const sha256Size = 32
+
+// oneOf matches any of the given strings (keyslot 0's two areas).
+func oneOf(values ...string) matcher {
+	return func(v any) error {
+		for _, w := range values {
+			if v == w {
+				return nil
+			}
+		}
+		return fmt.Errorf("is %s, want one of %q", describe(v), values)
+	}
+}
 
 // base64Of matches a standard-base64 string of exactly n bytes.
 func base64Of(n int) matcher {

@@ -54,8 +54,12 @@ const (
 type Config struct {
 	NodeName string
 	DiskUUID string
-	Role     latchkeyv1.Role
-	Tickets  Tickets
+	// DiskKeyGeneration is the master-secret generation the open disk is
+	// keyed under (nil: unknown), reported so the verifier's disk record
+	// shows it without waiting for the next boot.
+	DiskKeyGeneration *uint32
+	Role              latchkeyv1.Role
+	Tickets           Tickets
 	// Interval between rounds (DefaultInterval when zero).
 	Interval time.Duration
 	// RoundTimeout bounds one round, retries included (default: half the
@@ -129,7 +133,7 @@ func (l *Loop) Round(ctx context.Context) (Result, error) {
 	rctx, cancel := context.WithTimeout(ctx, l.cfg.RoundTimeout)
 	defer cancel()
 	_, err := l.cfg.Tickets.Get(rctx, ticket.Request{NodeName: l.cfg.NodeName, DiskUUID: l.cfg.DiskUUID,
-		Role: l.cfg.Role, Rejoin: true, Reattest: true})
+		Role: l.cfg.Role, Rejoin: true, Reattest: true, DiskKeyGeneration: l.cfg.DiskKeyGeneration})
 	return classify(err), err
 }
 

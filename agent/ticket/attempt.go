@@ -111,6 +111,7 @@ func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_Joi
 	if req.Reattest {
 		hello.Purpose = latchkeyv1.Purpose_PURPOSE_REATTEST
 	}
+	hello.DiskKeyGeneration = req.DiskKeyGeneration
 	// The verifier's pin was checked during this session's handshake, so
 	// no evidence is made for an unauthenticated verifier.
 	binding, err := atls.PeerBinding(stream.Context(), hello)
@@ -127,11 +128,15 @@ func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_Joi
 		return nil, recvErr(stream, err)
 	}
 	t, err := receiveTicket(ctx, stream, att, req.Reattest)
+	if err == nil && !req.Reattest {
+		err = checkGenerations(req, t) // generation.go
+	}
 	if err != nil {
 		return nil, err
 	}
 	if err := ack(stream); err != nil {
 		clear(t.DiskKey)
+		clear(t.PreviousDiskKey)
 		return nil, err
 	}
 	c.logReceived(endpoint, hello.Evidence, t)

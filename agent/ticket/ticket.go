@@ -37,6 +37,9 @@ type Request struct {
 	// records the decision and answers with an empty ticket, which is all
 	// the client accepts for it.
 	Reattest bool
+	// DiskKeyGeneration is the master-secret generation the disk's
+	// validated header names (nil on a first boot: no header yet).
+	DiskKeyGeneration *uint32
 }
 
 // Config configures a Client. The zero value of every option is the

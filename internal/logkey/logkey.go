@@ -95,6 +95,15 @@ const (
 	KeyID = "key_id"
 	// KeyBytes is the length in bytes of the disk key a ticket carried.
 	KeyBytes = "key_bytes"
+	// KeyGeneration is a master-secret generation: the one a disk is keyed
+	// under, or the one a ticket's key belongs to.
+	KeyGeneration = "key_generation"
+	// FromGeneration is the generation a rewrap moved a disk's keyslot from.
+	FromGeneration = "from_generation"
+	// Current says whether a master-secret generation is the current one.
+	Current = "current"
+	// FinishedInterrupted says a rewrap only finished one a crash interrupted.
+	FinishedInterrupted = "finished_interrupted"
 	// CSR is a CertificateSigningRequest's name.
 	CSR = "csr"
 	// Signer is a CSR's signerName.

@@ -115,5 +115,6 @@ func bindingInfo(r binding.Record) *adminv1.Binding {
 	if !r.Released.IsZero() {
 		b.ReleasedUnix = r.Released.Unix()
 	}
+	b.KeyGeneration = r.KeyGeneration // secrets.go, `secret retire`
 	return b
 }

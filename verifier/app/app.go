@@ -136,17 +136,6 @@ func (v *Verifier) loadBindings() error {
 	return err
 }
 
-// Deriver loads cfg's master secret and returns the deriver the verifier
-// serves with (also for offline commands: secret id, recover-key).
-func Deriver(cfg *Config) (*keys.Deriver, error) {
-	master, err := keys.LoadMasterSecret(cfg.MasterSecretFile)
-	if err != nil {
-		return nil, err
-	}
-	defer clear(master)
-	return keys.NewDeriver(master, []byte(cfg.ClusterSalt))
-}
-
 func (v *Verifier) loadKeys() error {
 	var err error
 	if v.keys, err = Deriver(v.cfg); err != nil {
@@ -156,8 +145,7 @@ func (v *Verifier) loadKeys() error {
 		v.deps.Logger.Warn("the master secret is text ending in a newline; the newline is part of the secret " +
 			"(disk keys depend on every byte), so copy the file byte for byte to every replica and compare key_id")
 	}
-	v.metrics.MasterSecretLoaded(v.keys.KeyID())
-	v.deps.Logger.Info("master secret loaded", logkey.KeyID, v.keys.KeyID())
+	v.logGenerations()
 	return nil
 }
 
@@ -255,6 +243,7 @@ func (v *Verifier) Serve(ctx context.Context) error {
 		v.bg.Go(func() { v.next.Run(ctx) })
 	}
 	v.bg.Go(func() { v.serveMetrics(ctx) })
+	v.bg.Go(func() { v.countGenerations(ctx) }) // secrets.go
 	if v.revoker != nil {
 		v.bg.Go(func() { v.revoker.Run(ctx) })
 	}

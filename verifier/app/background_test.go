@@ -48,11 +48,11 @@ func TestServeWaitsForItsGoroutines(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- v.Serve(ctx) }()
 	<-ready
-	// policy store, metrics, approver, reaper, join server, admin API,
-	// and the revoker of denied nodes' tokens when there is a minter (the
+	// policy store, metrics, the disks-by-generation count, approver,
+	// reaper, join server, admin API, and the revoker of denied nodes' tokens when there is a minter (the
 	// re-attestation controller needs the Lease store, which this
 	// verifier, bound to a directory, does not have).
-	want := 6
+	want := 7
 	if v.revoker != nil {
 		want++
 	}

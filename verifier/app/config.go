@@ -44,6 +44,10 @@ type Config struct {
 	// MasterSecretFile holds the master secret (default: the systemd
 	// credential latchkey-master-secret in $CREDENTIALS_DIRECTORY).
 	MasterSecretFile string `json:"masterSecretFile,omitempty"`
+	// MasterSecrets lists every master-secret generation the verifier
+	// serves, one current (secrets.go); mutually exclusive with
+	// MasterSecretFile, which is generation 0.
+	MasterSecrets []MasterSecret `json:"masterSecrets,omitempty"`
 	// ClusterSalt is this cluster's public HKDF salt (required).
 	ClusterSalt string `json:"clusterSalt"`
 	// Kubernetes enables bootstrap tokens; absent means disk-only mode.
@@ -188,6 +192,9 @@ func (c *Config) Validate() error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("tlsCert and tlsKey must be set together")
+	}
+	if err := c.validateMasterSecrets(); err != nil {
+		return err
 	}
 	if err := c.validateReattest(); err != nil {
 		return err

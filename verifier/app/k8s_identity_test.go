@@ -97,6 +97,7 @@ func TestK8sIdentityNodeCertificate(t *testing.T) {
 	before := tokens()
 
 	t1 := r.join(t, tpm1, req("node-1", diskA, false, false))
+	checkK8sKeyGeneration(t, r, admin, tpm1, diskA) // rotation: k8s_generation_test.go
 	// TPM 2 asking for node-1's name is refused and no token exists.
 	_, err := r.agentOnce(t, tpm2).Get(context.Background(), req("node-1", diskB, false, false))
 	var re *ticket.RefusedError

@@ -85,6 +85,10 @@ type Record struct {
 	Released time.Time
 	// ReleasedBy says who released it (the admin caller).
 	ReleasedBy string
+	// KeyGeneration is the master-secret generation a disk's last join
+	// named (generation.go); nil for a node, and for a disk recorded
+	// before generations were (its generation is unknown).
+	KeyGeneration *uint32
 }
 
 // Bound reports whether the record holds an identity (it was not
@@ -131,6 +135,9 @@ const MaxIdentityLen = 512
 // validRecord checks a record read back from a store.
 func validRecord(r Record) bool {
 	if validate(r.Kind, r.Name, r.Identity, r.Released.IsZero()) != nil {
+		return false
+	}
+	if r.KeyGeneration != nil && r.Kind != Disk {
 		return false
 	}
 	return r.Released.IsZero() || (r.Identity == "" && r.TokenID == "")

@@ -86,6 +86,8 @@ type fileRecord struct {
 	Created    time.Time `json:"created"`
 	Released   time.Time `json:"released,omitzero"`
 	ReleasedBy string    `json:"releasedBy,omitempty"`
+	// KeyGeneration: see Record.
+	KeyGeneration *uint32 `json:"keyGeneration,omitempty"`
 }
 
 func (d *Dir) path(kind Kind, name string) string {
@@ -94,30 +96,42 @@ func (d *Dir) path(kind Kind, name string) string {
 
 // Claim implements Store.
 func (d *Dir) Claim(ctx context.Context, kind Kind, name, identity string) (Record, error) {
+	r, _, err := d.claim(kind, name, identity, nil)
+	return r, err
+}
+
+// claim is Claim, recording gen (when non-nil) on a record it creates
+// or takes over; made reports it did either.
+func (d *Dir) claim(kind Kind, name, identity string, gen *uint32) (Record, bool, error) {
 	if err := validate(kind, name, identity, true); err != nil {
-		return Record{}, err
+		return Record{}, false, err
 	}
 	mu := d.lock(ObjectName(kind, name))
 	mu.Lock()
 	defer mu.Unlock()
-	r := Record{Kind: kind, Name: name, Identity: identity, Created: d.now().UTC().Truncate(time.Second)}
+	r := Record{Kind: kind, Name: name, Identity: identity, Created: d.now().UTC().Truncate(time.Second), KeyGeneration: gen}
 	err := d.create(d.path(kind, name), r)
 	if errors.Is(err, fs.ErrExist) {
 		have, gerr := d.read(d.path(kind, name))
 		if gerr != nil {
-			return Record{}, gerr
+			return Record{}, false, gerr
 		}
 		if have.Bound() {
-			return have, Check(have, identity)
+			return have, false, Check(have, identity)
 		}
-		// Released: the next claim takes it over.
+		// Released: the next claim takes it over (the disk is still
+		// keyed under the generation on record, unless this claim
+		// records its own).
+		if gen == nil {
+			r.KeyGeneration = have.KeyGeneration
+		}
 		err = d.replace(d.path(kind, name), r)
 	}
 	if err != nil {
-		return Record{}, err
+		return Record{}, false, err
 	}
 	d.log.Info("binding claimed", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, identity)
-	return r, nil
+	return r, true, nil
 }
 
 // Get implements Store.
@@ -164,7 +178,8 @@ func (d *Dir) Release(_ context.Context, kind Kind, name, by string) (Record, er
 	if !r.Bound() {
 		return Record{}, fmt.Errorf("%w: %s %s was already released", ErrNotFound, kind, name)
 	}
-	tomb := Record{Kind: kind, Name: name, Created: r.Created, Released: d.now().UTC().Truncate(time.Second), ReleasedBy: by}
+	tomb := Record{Kind: kind, Name: name, Created: r.Created, Released: d.now().UTC().Truncate(time.Second), ReleasedBy: by,
+		KeyGeneration: r.KeyGeneration}
 	if err := d.replace(p, tomb); err != nil {
 		return Record{}, err
 	}

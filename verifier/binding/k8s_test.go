@@ -26,6 +26,8 @@ func TestK8sLeaseStore(t *testing.T) {
 	}
 	prefix := fmt.Sprintf("t%d-", time.Now().UnixNano()%1e9)
 	testStore(t, s, prefix, fmt.Sprintf("%08x-0000-4000-8000-000000000001", time.Now().UnixNano()&0xffffffff))
+	testGenerationStore(t, s, fmt.Sprintf("%08x-0000-4000-8000-000000000002", time.Now().UnixNano()&0xffffffff),
+		fmt.Sprintf("%08x-0000-4000-8000-000000000003", time.Now().UnixNano()&0xffffffff))
 	// The records are Leases in latchkey-system an operator can read.
 	admin := k8stest.Load(t).Admin(t)
 	l, err := admin.CoordinationV1().Leases(binding.DefaultNamespace).Get(context.Background(), "node-"+prefix+"node-1", metav1.GetOptions{})

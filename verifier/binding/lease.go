@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/logkey"
@@ -38,6 +39,9 @@ const (
 	// released record; it has no identity and no token.
 	AnnotationReleasedAt = "latchkey.io/released-at"
 	AnnotationReleasedBy = "latchkey.io/released-by"
+	// AnnotationKeyGeneration is the master-secret generation a disk's
+	// last join named (decimal; absent: unknown).
+	AnnotationKeyGeneration = "latchkey.io/key-generation"
 )
 
 // LeaseConfig configures a Lease store.
@@ -88,8 +92,15 @@ func NewLeases(cfg LeaseConfig) (*Leases, error) {
 
 // Claim implements Store.
 func (l *Leases) Claim(ctx context.Context, kind Kind, name, identity string) (Record, error) {
+	r, _, err := l.claim(ctx, kind, name, identity, nil)
+	return r, err
+}
+
+// claim is Claim, recording gen (when non-nil) on a Lease it creates or
+// takes over; made reports it did either.
+func (l *Leases) claim(ctx context.Context, kind Kind, name, identity string, gen *uint32) (Record, bool, error) {
 	if err := validate(kind, name, identity, true); err != nil {
-		return Record{}, err
+		return Record{}, false, err
 	}
 	holder := identity
 	lease := &coordinationv1.Lease{
@@ -101,21 +112,25 @@ func (l *Leases) Claim(ctx context.Context, kind Kind, name, identity string) (R
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder},
 	}
+	if gen != nil {
+		lease.Annotations[AnnotationKeyGeneration] = strconv.FormatUint(uint64(*gen), 10)
+	}
 	created, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		var have Record
-		created, have, err = l.takeOver(ctx, kind, name, identity)
+		created, have, err = l.takeOver(ctx, kind, name, identity, gen)
 		if err != nil {
-			return Record{}, err
+			return Record{}, false, err
 		}
 		if created == nil { // bound already
-			return have, Check(have, identity)
+			return have, false, Check(have, identity)
 		}
 	} else if err != nil {
-		return Record{}, fmt.Errorf("binding: create lease %s/%s: %w", l.ns, lease.Name, err)
+		return Record{}, false, fmt.Errorf("binding: create lease %s/%s: %w", l.ns, lease.Name, err)
 	}
 	l.log.Info("binding claimed", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, identity)
-	return record(created)
+	r, err := record(created)
+	return r, err == nil, err
 }
 
 // takeOver binds a released Lease to identity, conditioned on the
@@ -123,7 +138,7 @@ func (l *Leases) Claim(ctx context.Context, kind Kind, name, identity string) (R
 // win: the loser's update conflicts, and on its retry it finds the
 // record bound. When the record is bound it returns no Lease and the
 // record it read.
-func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string) (*coordinationv1.Lease, Record, error) {
+func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string, gen *uint32) (*coordinationv1.Lease, Record, error) {
 	obj := ObjectName(kind, name)
 	var out *coordinationv1.Lease
 	var have Record
@@ -148,6 +163,9 @@ func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string)
 		lease.Annotations[AnnotationIdentity] = identity
 		delete(lease.Annotations, AnnotationReleasedAt)
 		delete(lease.Annotations, AnnotationReleasedBy)
+		if gen != nil {
+			lease.Annotations[AnnotationKeyGeneration] = strconv.FormatUint(uint64(*gen), 10)
+		}
 		lease.Spec.HolderIdentity = &holder
 		now := metav1.NewMicroTime(time.Now())
 		lease.Spec.AcquireTime = &now
@@ -200,11 +218,17 @@ func (l *Leases) SetToken(ctx context.Context, node, identity, tokenID string) e
 // retrying on conflicts and re-checking on every try that the record is
 // still bound to identity (a release or a rebinding in between wins).
 func (l *Leases) updateBoundNode(ctx context.Context, node, identity string, mutate func(*coordinationv1.Lease)) error {
-	name := ObjectName(Node, node)
+	return l.updateBound(ctx, Node, node, identity, func(lease *coordinationv1.Lease) bool { mutate(lease); return true })
+}
+
+// updateBound is updateBoundNode for either kind; mutate reports whether
+// it changed anything (no write when it did not).
+func (l *Leases) updateBound(ctx context.Context, kind Kind, node, identity string, mutate func(*coordinationv1.Lease) bool) error {
+	name := ObjectName(kind, node)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		lease, err := l.leases().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("%w: node %s", ErrNotFound, node)
+			return fmt.Errorf("%w: %s %s", ErrNotFound, kind, node)
 		}
 		if err != nil {
 			return fmt.Errorf("binding: get lease %s/%s: %w", l.ns, name, err)
@@ -214,12 +238,14 @@ func (l *Leases) updateBoundNode(ctx context.Context, node, identity string, mut
 			return err
 		}
 		if !r.Bound() {
-			return fmt.Errorf("%w: node %s was released", ErrNotFound, node)
+			return fmt.Errorf("%w: %s %s was released", ErrNotFound, kind, node)
 		}
 		if err := Check(r, identity); err != nil {
 			return err
 		}
-		mutate(lease)
+		if !mutate(lease) {
+			return nil
+		}
 		if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 			if apierrors.IsConflict(err) {
 				return err
@@ -303,6 +329,13 @@ func record(lease *coordinationv1.Lease) (Record, error) {
 			return Record{}, fmt.Errorf("binding: lease %s/%s: released-at %q: %w", lease.Namespace, lease.Name, at, err)
 		}
 		r.Released, r.ReleasedBy = t, lease.Annotations[AnnotationReleasedBy]
+	}
+	if g, ok := lease.Annotations[AnnotationKeyGeneration]; ok {
+		n, err := parseGeneration(g)
+		if err != nil {
+			return Record{}, fmt.Errorf("binding: lease %s/%s: %s %q: %w", lease.Namespace, lease.Name, AnnotationKeyGeneration, g, err)
+		}
+		r.KeyGeneration = &n
 	}
 	if !validRecord(r) || ObjectName(r.Kind, r.Name) != lease.Name {
 		return Record{}, fmt.Errorf("binding: lease %s/%s is not a latchkey binding record", lease.Namespace, lease.Name)

@@ -20,6 +20,9 @@ const (
 	idA   = "tpm-ek:sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 	idB   = "tpm-ek:sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 	diskU = "0b7c1d6e-3f2a-4c5b-9d8e-7f6a5b4c3d2e"
+	// diskG1 and diskG2 are the generation contract's disks.
+	diskG1 = "0b7c1d6e-3f2a-4c5b-9d8e-7f6a5b4c3d01"
+	diskG2 = "0b7c1d6e-3f2a-4c5b-9d8e-7f6a5b4c3d02"
 )
 
 // testStore runs the Store contract against s; names are prefixed so the
@@ -160,6 +163,7 @@ func TestDirStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	testStore(t, s, "", diskU)
+	testGenerationStore(t, s, diskG1, diskG2)
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		info, _ := e.Info()
@@ -182,6 +186,7 @@ func TestLeaseStoreFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	testStore(t, s, "", diskU)
+	testGenerationStore(t, s, diskG1, diskG2)
 }
 
 func TestObjectNameOfLongNodeName(t *testing.T) {

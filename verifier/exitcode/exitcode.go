@@ -21,13 +21,17 @@ const (
 	// missing, short or group-readable master secret, an invalid policy).
 	// Not restarted: only the operator can fix it.
 	BadConfig = 2
+	// InUse: `secret retire` refused: disk records still name the
+	// generation, or record none (docs/operations.md). Never returned by
+	// serve.
+	InUse = 3
 )
 
 // Last is the highest code the verifier uses.
-const Last = BadConfig
+const Last = InUse
 
 // names are the codes' short stable names.
-var names = [...]string{OK: "ok", Failed: "failed", BadConfig: "bad-config"}
+var names = [...]string{OK: "ok", Failed: "failed", BadConfig: "bad-config", InUse: "in-use"}
 
 // Name returns a short stable name for code, for log lines.
 func Name(code int) string {

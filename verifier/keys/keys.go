@@ -32,41 +32,60 @@ const CredentialName = "latchkey-master-secret"
 
 const diskInfoPrefix = "latchkey/v1 disk "
 
-// Deriver derives disk keys. It holds a copy of the master secret; call
-// Close to clear it.
+// Deriver derives disk keys from one or more master-secret generations
+// (generations.go), one of them current. It holds copies of the secrets;
+// call Close to clear them.
 type Deriver struct {
+	gens    []generation // sorted by number, unique
+	current int          // index into gens
+	salt    []byte
+}
+
+// generation is one numbered master secret.
+type generation struct {
+	n      uint32
 	master []byte
-	salt   []byte
 	text   bool
 }
 
-// NewDeriver copies master and salt. The salt is the cluster's public,
-// per-cluster value, so two clusters sharing a master secret by mistake
-// still hand out different keys.
+// NewDeriver copies master and salt: one generation, 0, current. The salt
+// is the cluster's public, per-cluster value, so two clusters sharing a
+// master secret by mistake still hand out different keys.
 func NewDeriver(master, salt []byte) (*Deriver, error) {
-	if len(master) < MinMasterSecretSize {
-		return nil, fmt.Errorf("master secret is %d bytes, want at least %d", len(master), MinMasterSecretSize)
-	}
-	if len(salt) == 0 {
-		return nil, errors.New("cluster salt is empty")
-	}
-	return &Deriver{master: clone(master), salt: clone(salt), text: LooksLikeText(master)}, nil
+	return NewGenerations([]Secret{{Generation: 0, Bytes: master}}, 0, salt)
 }
 
-// SecretLooksLikeText reports whether the master secret is printable text
-// ending in a newline (see LooksLikeText), for a warning at start.
-func (d *Deriver) SecretLooksLikeText() bool { return d.text }
+// SecretLooksLikeText reports whether any generation's master secret is
+// printable text ending in a newline (see LooksLikeText), for a warning
+// at start.
+func (d *Deriver) SecretLooksLikeText() bool {
+	for _, g := range d.gens {
+		if g.text {
+			return true
+		}
+	}
+	return false
+}
 
-// DiskKey returns the key of the disk with this canonical UUID.
+// DiskKey returns the key of the disk with this canonical UUID under the
+// current generation.
 func (d *Deriver) DiskKey(diskUUID string) ([]byte, error) {
+	return d.gens[d.current].diskKey(d.salt, diskUUID)
+}
+
+func (g *generation) diskKey(salt []byte, diskUUID string) ([]byte, error) {
 	if !protocol.ValidDiskUUID(diskUUID) {
 		return nil, fmt.Errorf("disk uuid %q is not a canonical lower-case uuid", diskUUID)
 	}
-	return hkdf.Key(sha256.New, d.master, d.salt, diskInfoPrefix+diskUUID, protocol.DiskKeySize)
+	return hkdf.Key(sha256.New, g.master, salt, diskInfoPrefix+diskUUID, protocol.DiskKeySize)
 }
 
-// Close clears the master secret held by d.
-func (d *Deriver) Close() { clear(d.master) }
+// Close clears every master secret held by d.
+func (d *Deriver) Close() {
+	for _, g := range d.gens {
+		clear(g.master)
+	}
+}
 
 // LoadMasterSecret reads the master secret from path, or, when path is
 // empty, from the systemd credential directory ($CREDENTIALS_DIRECTORY).
@@ -117,3 +136,26 @@ func readBounded(path string, limit int) ([]byte, error) {
 }
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// GenerationCredentialName is the systemd credential of generation n when
+// masterSecrets names no file for it ("latchkey-master-secret.<n>").
+func GenerationCredentialName(n uint32) string { return fmt.Sprintf("%s.%d", CredentialName, n) }
+
+// LoadGenerationSecret reads generation n's master secret from path, or,
+// when path is empty, from the systemd credential
+// GenerationCredentialName(n), with every check of LoadMasterSecret.
+func LoadGenerationSecret(n uint32, path string) ([]byte, error) {
+	if path == "" {
+		dir := os.Getenv("CREDENTIALS_DIRECTORY")
+		if dir == "" {
+			return nil, fmt.Errorf("masterSecrets generation %d names no file and $CREDENTIALS_DIRECTORY is not set "+
+				"(set file:, or load the credential %s)", n, GenerationCredentialName(n))
+		}
+		path = filepath.Join(dir, GenerationCredentialName(n))
+	}
+	b, err := LoadMasterSecret(path)
+	if err != nil {
+		return nil, fmt.Errorf("generation %d: %w", n, err)
+	}
+	return b, nil
+}

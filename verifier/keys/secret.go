@@ -53,12 +53,14 @@ func InitMasterSecret(path string) error {
 	return f.Close()
 }
 
-// KeyID is a non-secret name of the master secret and cluster salt in
-// force ("kid-" and 16 hex digits). Replicas that print the same ID
-// derive the same disk keys; a secret copied with a stray newline, or
-// another cluster's salt, shows another ID.
-func (d *Deriver) KeyID() string {
-	id, err := hkdf.Key(sha256.New, d.master, d.salt, keyIDInfo, keyIDSize)
+// KeyID is a non-secret name of the current generation's master secret
+// and the cluster salt ("kid-" and 16 hex digits). Replicas that print
+// the same ID derive the same disk keys; a secret copied with a stray
+// newline, or another cluster's salt, shows another ID.
+func (d *Deriver) KeyID() string { return d.gens[d.current].keyID(d.salt) }
+
+func (g *generation) keyID(salt []byte) string {
+	id, err := hkdf.Key(sha256.New, g.master, salt, keyIDInfo, keyIDSize)
 	if err != nil { // only for lengths hkdf cannot produce; keyIDSize is fixed
 		panic(err)
 	}

@@ -68,6 +68,8 @@ type Metrics struct {
 	reattest *prometheus.GaugeVec
 	// shadow counts the candidate policy's decisions (shadow.go).
 	shadow *prometheus.CounterVec
+	// gens are the master-secret generation gauges (generations.go).
+	gens *generationMetrics
 }
 
 // New creates the metrics, with the Go runtime and process collectors
@@ -102,8 +104,8 @@ func New() *Metrics {
 		}, []string{"digest"}),
 		secret: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "master_secret_info",
-			Help: "Always 1; the key_id label names the master secret and cluster salt in force (replicas that agree derive the same disk keys).",
-		}, []string{"key_id"}),
+			Help: "Always 1 per master-secret generation served; the key_id label names that generation's secret and the cluster salt (replicas that agree derive the same disk keys). The current generation is master_secret_current_generation.",
+		}, []string{"generation", "key_id"}),
 		connsOver: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "connections_refused_total",
 			Help: "Join-port connections closed at accept because a limit was reached, by limit (total, per_source).",
@@ -116,6 +118,7 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.adm = newAdmissionMetrics(m.reg)
+	m.gens = newGenerationMetrics(m.reg)
 	m.initSeries()
 	return m
 }
@@ -197,16 +200,6 @@ func (m *Metrics) PolicyLoaded(digest string) {
 	m.reloads.WithLabelValues("ok").Inc()
 	m.policy.Reset()
 	m.policy.WithLabelValues(digest).Set(1)
-}
-
-// MasterSecretLoaded records the key ID ("kid-<hex>") of the master secret
-// in force. The ID is not secret.
-func (m *Metrics) MasterSecretLoaded(keyID string) {
-	if m == nil {
-		return
-	}
-	m.secret.Reset()
-	m.secret.WithLabelValues(keyID).Set(1)
 }
 
 // ConnectionRefused counts a join-port connection closed over a limit.

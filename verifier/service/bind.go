@@ -63,7 +63,7 @@ func (s *Service) bind(ctx context.Context, hello *latchkeyv1.Hello, v *attest.V
 		if mine[i] {
 			continue
 		}
-		_, err := s.cfg.Bindings.Claim(ctx, k, names[i], id)
+		err := s.claim(ctx, k, names[i], id, hello, out) // generation.go
 		if err := s.refusal(k, names[i], err, out); err != nil {
 			return err
 		}
@@ -125,5 +125,6 @@ func (s *Service) checkRejoin(ctx context.Context, kind binding.Kind, name, id s
 		_, err := s.cfg.Bindings.Claim(ctx, kind, name, id)
 		return err
 	}
+	s.noteGeneration(kind, r, out) // generation.go
 	return binding.Check(r, id)
 }

@@ -19,16 +19,20 @@ var errNotAcked = errors.New("ticket not acknowledged")
 // issue derives the disk key, mints a token when one is due, and hands the
 // ticket over. It owns the minted token until the agent acknowledges.
 func (s *Service) issue(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, hello *latchkeyv1.Hello, out *outcome) error {
-	key, err := s.cfg.Keys.DiskKey(hello.GetDiskUuid())
+	keys, err := s.diskKeys(hello) // generation.go
 	if err != nil {
 		return fmt.Errorf("derive disk key: %w", err)
 	}
-	defer clear(key)
+	defer keys.clear()
+	if err := s.recordGeneration(ctx, hello, out); err != nil {
+		return err
+	}
 	grant, err := s.mint(ctx, hello, out)
 	if err != nil {
 		return err
 	}
-	ticket := buildTicket(key, grant)
+	ticket := buildTicket(keys.key, grant)
+	keys.fill(ticket)
 	out.releaseSlot() // the verifier's work is done; the ack is the agent's
 	err = s.handover(ctx, stream, ticket)
 	if err != nil && grant != nil {

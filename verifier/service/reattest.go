@@ -56,6 +56,7 @@ func (s *Service) reattest(ctx context.Context, stream latchkeyv1.JoinService_Jo
 	if err := s.checkBound(ctx, hello, v, out); err != nil {
 		return err
 	}
+	s.reattestGeneration(ctx, hello, v) // generation.go
 	policyErr := check()
 	if err := s.recordAttestation(ctx, hello, v, policyErr, out); err != nil {
 		if policyErr != nil {

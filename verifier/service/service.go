@@ -138,6 +138,9 @@ type outcome struct {
 	// shadowDecision, shadowReason and shadowPolicy: the candidate
 	// policy's verdict (shadow.go); empty without one.
 	shadowDecision, shadowReason, shadowPolicy string
+	// generationRecorded: the disk's claim recorded its key generation
+	// (generation.go).
+	generationRecorded bool
 }
 
 // Join runs one join attempt on the stream.

@@ -90,6 +90,10 @@ type envOpt struct {
 	// maxInFlight is the admission limit (0: the default).
 	maxInFlight int
 	metrics     *metrics.Metrics
+	// keys replaces the single-generation deriver.
+	keys *keys.Deriver
+	// bindings receives the binding store the verifier uses.
+	bindings *binding.Store
 }
 
 func startVerifier(t *testing.T, o envOpt) *env {
@@ -99,6 +103,9 @@ func startVerifier(t *testing.T, o envOpt) *env {
 		t.Fatal(err)
 	}
 	d, _ := keys.NewDeriver(bytes.Repeat([]byte{9}, 32), []byte("test-cluster"))
+	if o.keys != nil {
+		d = o.keys
+	}
 	snap := &policy.Snapshot{
 		Digest:       "sha256:test",
 		Validators:   map[latchkeyv1.Variant]attest.Validator{latchkeyv1.Variant_VARIANT_TPM: &attesttest.Validator{Challenge: o.challenge}},
@@ -112,6 +119,9 @@ func startVerifier(t *testing.T, o envOpt) *env {
 	}
 	if o.store != nil {
 		store = o.store(store)
+	}
+	if o.bindings != nil {
+		*o.bindings = store
 	}
 	cfg := service.Config{Policy: policy.NewStatic(snap), Keys: d, Bindings: store,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), AckTimeout: o.ackTimeout,

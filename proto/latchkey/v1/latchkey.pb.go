@@ -200,6 +200,11 @@ const (
 	// deny list (a revoked machine). No key is derived and no token minted,
 	// and any token recorded for the node is deleted.
 	Reason_REVOKED Reason = 24
+	// The Hello names a master-secret generation (Hello.disk_key_generation)
+	// the verifier no longer serves: it has no key that opens the disk. The
+	// detail names the generation; the operator adds it back to
+	// masterSecrets (docs/operations.md), no key is guessed.
+	Reason_KEY_GENERATION_RETIRED Reason = 25
 )
 
 // Enum value maps for Reason.
@@ -230,6 +235,7 @@ var (
 		22: "SECURE_BOOT_REQUIRED",
 		23: "PCR_SIGNATURE_INVALID",
 		24: "REVOKED",
+		25: "KEY_GENERATION_RETIRED",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":      0,
@@ -257,6 +263,7 @@ var (
 		"SECURE_BOOT_REQUIRED":    22,
 		"PCR_SIGNATURE_INVALID":   23,
 		"REVOKED":                 24,
+		"KEY_GENERATION_RETIRED":  25,
 	}
 )
 
@@ -426,9 +433,16 @@ type Hello struct {
 	// The serialized variant-specific evidence (TPMEvidence or SNPEvidence).
 	Evidence []byte `protobuf:"bytes,7,opt,name=evidence,proto3" json:"evidence,omitempty"`
 	// What the Hello asks for; part of the session binding.
-	Purpose       Purpose `protobuf:"varint,8,opt,name=purpose,proto3,enum=latchkey.v1.Purpose" json:"purpose,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Purpose Purpose `protobuf:"varint,8,opt,name=purpose,proto3,enum=latchkey.v1.Purpose" json:"purpose,omitempty"`
+	// The master-secret generation the state disk's validated LUKS header
+	// says it is keyed under (its subsystem field, latchkey-g<n>; none is
+	// 0). Unset on a first boot: the agent writes the ticket's
+	// key_generation into the new header. Not part of the session binding:
+	// it only selects which of the same disk's keys an entitled machine
+	// receives.
+	DiskKeyGeneration *uint32 `protobuf:"varint,9,opt,name=disk_key_generation,json=diskKeyGeneration,proto3,oneof" json:"disk_key_generation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -515,6 +529,13 @@ func (x *Hello) GetPurpose() Purpose {
 		return x.Purpose
 	}
 	return Purpose_PURPOSE_UNSPECIFIED
+}
+
+func (x *Hello) GetDiskKeyGeneration() uint32 {
+	if x != nil && x.DiskKeyGeneration != nil {
+		return *x.DiskKeyGeneration
+	}
+	return 0
 }
 
 // Challenge is a variant-specific round trip the verifier needs (TPM
@@ -629,9 +650,19 @@ type Ticket struct {
 	// session, so discovery needs no cluster-info signature. Every
 	// certificate's SPKI pin is in ca_cert_hashes. Empty from a verifier set
 	// up for token discovery.
-	CaBundle      []byte `protobuf:"bytes,7,opt,name=ca_bundle,json=caBundle,proto3" json:"ca_bundle,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CaBundle []byte `protobuf:"bytes,7,opt,name=ca_bundle,json=caBundle,proto3" json:"ca_bundle,omitempty"`
+	// The master-secret generation of disk_key: always the verifier's
+	// current one. A disk keyed under an older generation is rewrapped to
+	// it by the agent (docs/operations.md).
+	KeyGeneration uint32 `protobuf:"varint,8,opt,name=key_generation,json=keyGeneration,proto3" json:"key_generation,omitempty"`
+	// The disk's key under the older generation the Hello named
+	// (disk_key_generation), so the agent can unlock and rewrap; empty when
+	// the Hello named the current generation or none.
+	PreviousDiskKey []byte `protobuf:"bytes,9,opt,name=previous_disk_key,json=previousDiskKey,proto3" json:"previous_disk_key,omitempty"`
+	// The generation of previous_disk_key (meaningful only when it is set).
+	PreviousKeyGeneration uint32 `protobuf:"varint,10,opt,name=previous_key_generation,json=previousKeyGeneration,proto3" json:"previous_key_generation,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Ticket) Reset() {
@@ -711,6 +742,27 @@ func (x *Ticket) GetCaBundle() []byte {
 		return x.CaBundle
 	}
 	return nil
+}
+
+func (x *Ticket) GetKeyGeneration() uint32 {
+	if x != nil {
+		return x.KeyGeneration
+	}
+	return 0
+}
+
+func (x *Ticket) GetPreviousDiskKey() []byte {
+	if x != nil {
+		return x.PreviousDiskKey
+	}
+	return nil
+}
+
+func (x *Ticket) GetPreviousKeyGeneration() uint32 {
+	if x != nil {
+		return x.PreviousKeyGeneration
+	}
+	return 0
 }
 
 // TicketAck tells the verifier that the agent holds the ticket. Until it
@@ -1220,7 +1272,7 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\aRefusal\x12+\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x13.latchkey.v1.ReasonR\x06reason\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12$\n" +
-	"\x0eretry_after_ms\x18\x03 \x01(\rR\fretryAfterMs\"\xa1\x02\n" +
+	"\x0eretry_after_ms\x18\x03 \x01(\rR\fretryAfterMs\"\xee\x02\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1b\n" +
 	"\tdisk_uuid\x18\x02 \x01(\tR\bdiskUuid\x12%\n" +
@@ -1229,11 +1281,13 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\rrequest_token\x18\x05 \x01(\bR\frequestToken\x12.\n" +
 	"\avariant\x18\x06 \x01(\x0e2\x14.latchkey.v1.VariantR\avariant\x12\x1a\n" +
 	"\bevidence\x18\a \x01(\fR\bevidence\x12.\n" +
-	"\apurpose\x18\b \x01(\x0e2\x14.latchkey.v1.PurposeR\apurpose\"%\n" +
+	"\apurpose\x18\b \x01(\x0e2\x14.latchkey.v1.PurposeR\apurpose\x123\n" +
+	"\x13disk_key_generation\x18\t \x01(\rH\x00R\x11diskKeyGeneration\x88\x01\x01B\x16\n" +
+	"\x14_disk_key_generation\"%\n" +
 	"\tChallenge\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\"-\n" +
 	"\x11ChallengeResponse\x12\x18\n" +
-	"\apayload\x18\x01 \x01(\fR\apayload\"\x83\x02\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\"\x8e\x03\n" +
 	"\x06Ticket\x12\x19\n" +
 	"\bdisk_key\x18\x01 \x01(\fR\adiskKey\x120\n" +
 	"\x14api_server_endpoints\x18\x02 \x03(\tR\x12apiServerEndpoints\x12\x14\n" +
@@ -1241,7 +1295,11 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\x0eca_cert_hashes\x18\x04 \x03(\tR\fcaCertHashes\x12*\n" +
 	"\x11token_expiry_unix\x18\x05 \x01(\x03R\x0ftokenExpiryUnix\x12'\n" +
 	"\x0fcertificate_key\x18\x06 \x01(\tR\x0ecertificateKey\x12\x1b\n" +
-	"\tca_bundle\x18\a \x01(\fR\bcaBundle\"\v\n" +
+	"\tca_bundle\x18\a \x01(\fR\bcaBundle\x12%\n" +
+	"\x0ekey_generation\x18\b \x01(\rR\rkeyGeneration\x12*\n" +
+	"\x11previous_disk_key\x18\t \x01(\fR\x0fpreviousDiskKey\x126\n" +
+	"\x17previous_key_generation\x18\n" +
+	" \x01(\rR\x15previousKeyGeneration\"\v\n" +
 	"\tTicketAck\"\xcb\x01\n" +
 	"\fAgentMessage\x12*\n" +
 	"\x05hello\x18\x01 \x01(\v2\x12.latchkey.v1.HelloH\x00R\x05hello\x12O\n" +
@@ -1281,7 +1339,7 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\aVariant\x12\x17\n" +
 	"\x13VARIANT_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vVARIANT_TPM\x10\x01\x12\x0f\n" +
-	"\vVARIANT_SNP\x10\x02*\x9d\x04\n" +
+	"\vVARIANT_SNP\x10\x02*\xb9\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMALFORMED\x10\x01\x12\x13\n" +
@@ -1308,7 +1366,8 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\x13CMDLINE_NOT_ALLOWED\x10\x15\x12\x18\n" +
 	"\x14SECURE_BOOT_REQUIRED\x10\x16\x12\x19\n" +
 	"\x15PCR_SIGNATURE_INVALID\x10\x17\x12\v\n" +
-	"\aREVOKED\x10\x18*J\n" +
+	"\aREVOKED\x10\x18\x12\x1a\n" +
+	"\x16KEY_GENERATION_RETIRED\x10\x19*J\n" +
 	"\aPurpose\x12\x17\n" +
 	"\x13PURPOSE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPURPOSE_JOIN\x10\x01\x12\x14\n" +
@@ -1374,6 +1433,7 @@ func file_latchkey_v1_latchkey_proto_init() {
 	if File_latchkey_v1_latchkey_proto != nil {
 		return
 	}
+	file_latchkey_v1_latchkey_proto_msgTypes[1].OneofWrappers = []any{}
 	file_latchkey_v1_latchkey_proto_msgTypes[6].OneofWrappers = []any{
 		(*AgentMessage_Hello)(nil),
 		(*AgentMessage_ChallengeResponse)(nil),

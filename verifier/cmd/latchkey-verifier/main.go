@@ -9,7 +9,8 @@
 //	latchkey-verifier bindings list | release --node NAME | --disk UUID
 //	                                             identity bindings (admin API)
 //	latchkey-verifier collateral fetch ...       fill the SNP collateral cache from AMD KDS
-//	latchkey-verifier secret init FILE | id      create a master secret, print its key ID
+//	latchkey-verifier secret init FILE | id | retire --generation N
+//	                                             create a master secret, print key IDs, check a retirement
 //	latchkey-verifier recover-key --disk-uuid U --out FILE   break-glass: one disk's key, offline
 package main
 
@@ -51,7 +52,9 @@ const usageText = `usage: latchkey-verifier COMMAND [flags]
   policy check FILE                          validate a policy file locally
   tokens list | revoke ID                    bootstrap tokens (admin socket)
   collateral fetch --chip-id HEX --tcb N     fill the SNP collateral cache from AMD KDS
-  secret init FILE | secret id               create a master secret, print its key ID
+  secret init [--generation N] FILE         create a master secret
+  secret id                                  print the key ID of every generation
+  secret retire --generation N               check no disk still needs generation N
   recover-key --disk-uuid U --out FILE|-     break-glass: one disk's key, offline
   --version                                  print the version
 

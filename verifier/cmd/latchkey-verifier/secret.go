@@ -16,40 +16,73 @@ import (
 	"github.com/latchkey/latchkey/verifier/keys"
 )
 
-// secretCmd manages the master secret: `secret init FILE` creates one,
-// `secret id` prints the key ID of the configured one (the same ID the
-// running verifier logs and exports), so replicas can be compared without
-// showing the secret.
+// secretCmd manages the master secret: `secret init [--generation N] FILE`
+// creates one, `secret id` prints the key ID of every configured
+// generation (the same IDs the running verifier logs and exports), so
+// replicas can be compared without showing the secret, and `secret
+// retire --generation N` checks that no disk still needs generation N.
 func secretCmd(args []string, stdout, stderr io.Writer) int {
-	const usage = "usage: latchkey-verifier secret init FILE | secret id [--config FILE] [--master-secret-file FILE] [--cluster-salt S]"
+	const usage = "usage: latchkey-verifier secret init [--generation N] FILE | secret id [--config FILE] [--master-secret-file FILE] [--cluster-salt S]" +
+		" | secret retire --generation N [--socket PATH]"
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usage)
 		return exitcode.BadConfig
 	}
 	switch args[0] {
 	case "init":
-		if len(args) != 2 {
-			fmt.Fprintln(stderr, usage)
-			return exitcode.BadConfig
-		}
-		if err := keys.InitMasterSecret(args[1]); err != nil {
-			fmt.Fprintln(stderr, "latchkey-verifier secret init:", err)
-			return exitcode.Failed
-		}
-		fmt.Fprintf(stdout, "created master secret %s (%d random bytes, mode 0600); keep a copy offline: without it no disk can be opened\n",
-			args[1], keys.MinMasterSecretSize)
-		return exitcode.OK
+		return secretInit(args[1:], stdout, stderr, usage)
+	case "retire":
+		return secretRetire(args[1:], stdout, stderr) // retire.go
 	case "id":
 		d, code := deriverFromFlags("latchkey-verifier secret id", args[1:], stderr)
 		if d == nil {
 			return code
 		}
 		defer d.Close()
-		fmt.Fprintln(stdout, d.KeyID())
+		gens := d.Generations()
+		if len(gens) == 1 {
+			fmt.Fprintln(stdout, gens[0].KeyID)
+			return exitcode.OK
+		}
+		for _, g := range gens {
+			mark := ""
+			if g.Current {
+				mark = " current"
+			}
+			fmt.Fprintf(stdout, "generation %d %s%s\n", g.Generation, g.KeyID, mark)
+		}
 		return exitcode.OK
 	}
 	fmt.Fprintln(stderr, usage)
 	return exitcode.BadConfig
+}
+
+// secretInit creates a new master secret; --generation only shapes the
+// masterSecrets entry it suggests (the bytes of every generation are made
+// the same way).
+func secretInit(args []string, stdout, stderr io.Writer, usage string) int {
+	fs := flag.NewFlagSet("latchkey-verifier secret init", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	gen := fs.Uint("generation", 0, "the generation the new secret will be (0: a new cluster's first secret)")
+	if code, ok := cli.Parse(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() != 1 || *gen > keys.MaxGeneration {
+		fmt.Fprintln(stderr, usage)
+		return exitcode.BadConfig
+	}
+	path := fs.Arg(0)
+	if err := keys.InitMasterSecret(path); err != nil {
+		fmt.Fprintln(stderr, "latchkey-verifier secret init:", err)
+		return exitcode.Failed
+	}
+	fmt.Fprintf(stdout, "created master secret %s (%d random bytes, mode 0600); keep a copy offline: without it no disk can be opened\n",
+		path, keys.MinMasterSecretSize)
+	if *gen > 0 {
+		fmt.Fprintf(stdout, "add it to masterSecrets on every replica as {generation: %d, file: %s, current: true} "+
+			"(and drop current: from the old entry); docs/operations.md, \"Rotating the master secret\"\n", *gen, path)
+	}
+	return exitcode.OK
 }
 
 // recoverKeyCmd is break-glass recovery: it derives one disk's key offline
@@ -63,6 +96,7 @@ func recoverKeyCmd(args []string, stdout, stderr io.Writer) int {
 	var f serveFlags
 	f.register(fs)
 	uuid := fs.String("disk-uuid", "", "the LUKS UUID of the disk (cryptsetup luksUUID DEVICE)")
+	gen := generationFlag(fs)
 	out := fs.String("out", "", "new file to write the 32-byte key to (mode 0600), or - for a pipe on stdout")
 	if code, ok := cli.Parse(fs, args); !ok {
 		return code
@@ -81,7 +115,12 @@ func recoverKeyCmd(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	defer d.Close()
-	key, err := d.DiskKey(*uuid)
+	g, err := recoveryGeneration(d, gen)
+	if err != nil {
+		fmt.Fprintln(stderr, name+":", err)
+		return exitcode.BadConfig
+	}
+	key, err := d.DiskKeyAt(g, *uuid)
 	if err != nil {
 		fmt.Fprintln(stderr, name+":", err)
 		return exitcode.BadConfig
@@ -91,7 +130,7 @@ func recoverKeyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, name+":", err)
 		return exitcode.Failed
 	}
-	fmt.Fprintf(stderr, "%s: derived the key of disk %s under %s to %s\n", name, *uuid, d.KeyID(), *out)
+	fmt.Fprintf(stderr, "%s: derived the key of disk %s under generation %d (%s) to %s\n", name, *uuid, g, d.KeyIDAt(g), *out)
 	return exitcode.OK
 }
 

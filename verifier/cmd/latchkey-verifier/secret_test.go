@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,5 +117,47 @@ func TestRecoverKeyOpensTheDisk(t *testing.T) {
 	code, _, errs = runCLI(t, append([]string{"recover-key", "--disk-uuid", diskUUID, "--out", keyFile}, common...)...)
 	if code != 1 || !strings.Contains(errs, "must not exist yet") {
 		t.Fatalf("overwrite: code %d, err %q", code, errs)
+	}
+}
+
+// With several generations configured, recover-key derives under the one
+// --generation names and refuses to guess without it; secret id lists
+// every generation's key ID.
+func TestRecoverKeyGenerations(t *testing.T) {
+	dir := t.TempDir()
+	s0, s1 := filepath.Join(dir, "s0"), filepath.Join(dir, "s1")
+	for _, s := range []string{s0, s1} {
+		if code, _, errs := runCLI(t, "secret", "init", "--generation", "1", s); code != 0 {
+			t.Fatal(errs)
+		}
+	}
+	cfg := filepath.Join(dir, "verifier.yaml")
+	os.WriteFile(cfg, []byte("clusterSalt: c\nmasterSecrets:\n- {generation: 0, file: "+s0+"}\n- {generation: 1, file: "+s1+", current: true}\n"), 0o600)
+	code, _, errs := runCLI(t, "recover-key", "--config", cfg, "--disk-uuid", diskUUID, "--out", filepath.Join(dir, "k"))
+	if code != 2 || !strings.Contains(errs, "masterSecrets lists generations 0, 1: say which one with --generation N") {
+		t.Fatalf("no --generation: code %d, %q", code, errs)
+	}
+	code, _, errs = runCLI(t, "recover-key", "--config", cfg, "--disk-uuid", diskUUID, "--generation", "7", "--out", filepath.Join(dir, "k"))
+	if code != 2 || !strings.Contains(errs, "generation 7 is not in masterSecrets (configured: 0, 1)") {
+		t.Fatalf("unknown generation: code %d, %q", code, errs)
+	}
+	d, _ := deriverFromFlags("test", []string{"--config", cfg}, os.Stderr)
+	defer d.Close()
+	for _, gen := range []uint32{0, 1} {
+		out := filepath.Join(dir, fmt.Sprintf("k%d", gen))
+		code, _, errs := runCLI(t, "recover-key", "--config", cfg, "--disk-uuid", diskUUID, "--generation", fmt.Sprint(gen), "--out", out)
+		if code != 0 || !strings.Contains(errs, fmt.Sprintf("under generation %d (%s)", gen, d.KeyIDAt(gen))) {
+			t.Fatalf("generation %d: code %d, %q", gen, code, errs)
+		}
+		got, _ := os.ReadFile(out)
+		want, _ := d.DiskKeyAt(gen, diskUUID)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("generation %d: recovered another key", gen)
+		}
+	}
+	code, out, _ := runCLI(t, "secret", "id", "--config", cfg)
+	want := fmt.Sprintf("generation 0 %s\ngeneration 1 %s current\n", d.KeyIDAt(0), d.KeyIDAt(1))
+	if code != 0 || out != want {
+		t.Fatalf("secret id: %d %q, want %q", code, out, want)
 	}
 }

@@ -756,8 +756,12 @@ type Binding struct {
 	// Unix seconds when it was claimed.
 	CreatedUnix int64 `protobuf:"varint,5,opt,name=created_unix,json=createdUnix,proto3" json:"created_unix,omitempty"`
 	// Unix seconds when an operator released it (0 while bound), and who.
-	ReleasedUnix  int64  `protobuf:"varint,6,opt,name=released_unix,json=releasedUnix,proto3" json:"released_unix,omitempty"`
-	ReleasedBy    string `protobuf:"bytes,7,opt,name=released_by,json=releasedBy,proto3" json:"released_by,omitempty"`
+	ReleasedUnix int64  `protobuf:"varint,6,opt,name=released_unix,json=releasedUnix,proto3" json:"released_unix,omitempty"`
+	ReleasedBy   string `protobuf:"bytes,7,opt,name=released_by,json=releasedBy,proto3" json:"released_by,omitempty"`
+	// The master-secret generation a disk's last join named (unset for a
+	// node, and for a disk recorded before generations were); what
+	// `latchkey-verifier secret retire` checks.
+	KeyGeneration *uint32 `protobuf:"varint,8,opt,name=key_generation,json=keyGeneration,proto3,oneof" json:"key_generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -839,6 +843,13 @@ func (x *Binding) GetReleasedBy() string {
 		return x.ReleasedBy
 	}
 	return ""
+}
+
+func (x *Binding) GetKeyGeneration() uint32 {
+	if x != nil && x.KeyGeneration != nil {
+		return *x.KeyGeneration
+	}
+	return 0
 }
 
 type ListBindingsRequest struct {
@@ -1066,7 +1077,7 @@ const file_latchkey_admin_v1_admin_proto_rawDesc = "" +
 	"\x13CheckPolicyResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x16\n" +
-	"\x06digest\x18\x03 \x01(\tR\x06digest\"\xf1\x01\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\"\xb0\x02\n" +
 	"\aBinding\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.latchkey.admin.v1.BindingKindR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -1075,7 +1086,9 @@ const file_latchkey_admin_v1_admin_proto_rawDesc = "" +
 	"\fcreated_unix\x18\x05 \x01(\x03R\vcreatedUnix\x12#\n" +
 	"\rreleased_unix\x18\x06 \x01(\x03R\freleasedUnix\x12\x1f\n" +
 	"\vreleased_by\x18\a \x01(\tR\n" +
-	"releasedBy\"\x15\n" +
+	"releasedBy\x12*\n" +
+	"\x0ekey_generation\x18\b \x01(\rH\x00R\rkeyGeneration\x88\x01\x01B\x11\n" +
+	"\x0f_key_generation\"\x15\n" +
 	"\x13ListBindingsRequest\"N\n" +
 	"\x14ListBindingsResponse\x126\n" +
 	"\bbindings\x18\x01 \x03(\v2\x1a.latchkey.admin.v1.BindingR\bbindings\"_\n" +
@@ -1177,6 +1190,7 @@ func file_latchkey_admin_v1_admin_proto_init() {
 	if File_latchkey_admin_v1_admin_proto != nil {
 		return
 	}
+	file_latchkey_admin_v1_admin_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/latchkey/latchkey/agent/ticket"
+	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/binding"
+	"github.com/latchkey/latchkey/verifier/servingcert"
+)
+
+// The whole retirement, against real verifier processes in disk-only
+// mode (directory store) and a software TPM: disks joined under
+// generation 0; the operator adds generation 1 as current; `secret
+// retire --generation 0` refuses (exit 3, in-use), listing every disk
+// still on 0 and one recorded before generations were (unknown), until
+// each has rejoined naming generation 1; retiring the current generation
+// is refused too.
+func TestSecretRetire(t *testing.T) {
+	sim := tpmtest.Start(t)
+	pcrs := []int{0, 7}
+	ref, err := tpm.Measure(context.Background(), sim.Device, pcrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	policy, _ := yaml.Marshal(map[string]any{"apiVersion": "latchkey/v1",
+		"tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}})
+	os.WriteFile(filepath.Join(dir, "policy.yaml"), policy, 0o600)
+	s0, s1 := filepath.Join(dir, "master.0"), filepath.Join(dir, "master.1")
+	for _, s := range []string{s0, s1} {
+		if code, _, errs := runCLI(t, "secret", "init", s); code != 0 {
+			t.Fatal(errs)
+		}
+	}
+	state, socket := filepath.Join(dir, "state"), filepath.Join(dir, "admin.sock")
+	config := func(name string, secrets []map[string]any) string {
+		cfg, _ := yaml.Marshal(map[string]any{"listen": "127.0.0.1:0", "policy": filepath.Join(dir, "policy.yaml"),
+			"masterSecrets": secrets, "clusterSalt": "retire", "stateDir": state, "adminSocket": socket})
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, cfg, 0o600)
+		return p
+	}
+	cfg0 := config("v0.yaml", []map[string]any{{"generation": 0, "file": s0, "current": true}})
+	cfg1 := config("v1.yaml", []map[string]any{{"generation": 0, "file": s0}, {"generation": 1, "file": s1, "current": true}})
+
+	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device, PCRs: pcrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iss.Close()
+	const diskA, diskB = "6c1f0d9e-2b3a-4c5d-8e7f-9a0b1c2d3e01", "6c1f0d9e-2b3a-4c5d-8e7f-9a0b1c2d3e02"
+	join := func(r *replica, disk string, rejoin bool, named *uint32) *latchkeyv1.Ticket {
+		t.Helper()
+		cert, err := servingcert.LoadOrCreate(state, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pins, _ := servingcert.Pins(cert)
+		c, err := ticket.New(ticket.Config{Endpoints: []string{r.addr}, Pins: []atls.Pin{pins[0]}, Issuer: iss,
+			Timeout: 20 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk, err := c.Get(context.Background(), ticket.Request{NodeName: "node-1", DiskUUID: disk, Role: latchkeyv1.Role_ROLE_WORKER,
+			Rejoin: rejoin, DiskKeyGeneration: named})
+		if err != nil {
+			t.Fatalf("join %s: %v", disk, err)
+		}
+		return tk
+	}
+	gen := func(n uint32) *uint32 { return &n }
+
+	v0 := startReplica(t, cfg0)
+	keyA0 := join(v0, diskA, false, nil).DiskKey
+	join(v0, diskB, false, nil)
+	v0.stop()
+	// diskB's record as a verifier before generations wrote it.
+	recFile := filepath.Join(state, "bindings", binding.ObjectName(binding.Disk, diskB))
+	raw, err := os.ReadFile(recFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	json.Unmarshal(raw, &rec)
+	if rec["keyGeneration"] != float64(0) {
+		t.Fatalf("record of a first join under generation 0: %s", raw)
+	}
+	delete(rec, "keyGeneration")
+	raw, _ = json.Marshal(rec)
+	os.WriteFile(recFile, raw, 0o600)
+
+	v1 := startReplica(t, cfg1)
+	retire := func(g string) (int, string, string) {
+		t.Helper()
+		return runCLI(t, "secret", "retire", "--generation", g, "--socket", socket, "--config", cfg1)
+	}
+	code, _, errs := retire("0")
+	if code != 3 || !strings.Contains(errs, "2 of 2 disk records still name generation 0 or record none; not retiring it") ||
+		!strings.Contains(errs, diskA+"  0 ") || !strings.Contains(errs, diskB+"  unknown ") {
+		t.Fatalf("retire 0 with both disks on it: exit %d\n%s", code, errs)
+	}
+	if code, _, errs := retire("1"); code != 3 || !strings.Contains(errs, "generation 1 is the current one in the configuration") {
+		t.Fatalf("retire the current generation: exit %d %s", code, errs)
+	}
+	// diskA's header says generation 0: the ticket carries the current key
+	// and generation 0's (the one the first verifier gave), for the rewrap.
+	tk := join(v1, diskA, true, gen(0))
+	if tk.KeyGeneration != 1 || tk.PreviousKeyGeneration != 0 || !bytes.Equal(tk.PreviousDiskKey, keyA0) || bytes.Equal(tk.DiskKey, keyA0) {
+		t.Fatalf("ticket for a disk on generation 0: generation %d, previous %d", tk.KeyGeneration, tk.PreviousKeyGeneration)
+	}
+	// Rewrapped, it names generation 1 at its next boot.
+	join(v1, diskA, true, gen(1))
+	code, _, errs = retire("0")
+	if code != 3 || !strings.Contains(errs, "1 of 2 disk records") || strings.Contains(errs, diskA) || !strings.Contains(errs, diskB+"  unknown ") {
+		t.Fatalf("retire 0 with diskB unknown: exit %d\n%s", code, errs)
+	}
+	join(v1, diskB, true, gen(0))
+	if code, _, errs = retire("0"); code != 3 || !strings.Contains(errs, diskB+"  0 ") {
+		t.Fatalf("retire 0 with diskB on it: exit %d\n%s", code, errs)
+	}
+	join(v1, diskB, true, gen(1))
+	code, out, errs := retire("0")
+	if code != 0 || !strings.Contains(out, "no disk record (of 2) names generation 0 or lacks a generation: remove generation 0 from masterSecrets") {
+		t.Fatalf("retire 0 with every disk on 1: exit %d\n%s%s", code, out, errs)
+	}
+}

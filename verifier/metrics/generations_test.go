@@ -1,0 +1,35 @@
+package metrics
+
+import (
+	"testing"
+
+	"github.com/latchkey/latchkey/verifier/keys"
+)
+
+func TestGenerationMetrics(t *testing.T) {
+	m := New()
+	m.MasterSecretsLoaded([]keys.GenerationInfo{{Generation: 0, KeyID: "kid-00"}, {Generation: 3, KeyID: "kid-33", Current: true}})
+	m.DisksByKeyGeneration(map[string]int{"0": 2, "3": 5, GenerationUnknown: 1})
+	got := scrape(t, m)
+	for series, want := range map[string]string{
+		`latchkey_verifier_master_secret_info{generation="0",key_id="kid-00"}`: "1",
+		`latchkey_verifier_master_secret_info{generation="3",key_id="kid-33"}`: "1",
+		`latchkey_verifier_master_secret_current_generation{generation="3"}`:   "1",
+		`latchkey_verifier_disks_by_key_generation{generation="0"}`:            "2",
+		`latchkey_verifier_disks_by_key_generation{generation="3"}`:            "5",
+		`latchkey_verifier_disks_by_key_generation{generation="unknown"}`:      "1",
+	} {
+		if got[series] != want {
+			t.Errorf("%s = %q, want %s", series, got[series], want)
+		}
+	}
+	if _, ok := got[`latchkey_verifier_master_secret_current_generation{generation="0"}`]; ok {
+		t.Error("generation 0 is exported as current")
+	}
+	// A later count replaces the earlier one: a generation with no disk left disappears.
+	m.DisksByKeyGeneration(map[string]int{"3": 8})
+	got = scrape(t, m)
+	if _, ok := got[`latchkey_verifier_disks_by_key_generation{generation="0"}`]; ok || got[`latchkey_verifier_disks_by_key_generation{generation="3"}`] != "8" {
+		t.Errorf("after recount: %v", got)
+	}
+}
