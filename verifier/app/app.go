@@ -124,7 +124,7 @@ func (v *Verifier) loadBindings() error {
 		v.bindings = v.deps.Bindings
 	case v.kube != nil:
 		v.bindings, err = binding.NewLeases(binding.LeaseConfig{Client: v.kube,
-			Namespace: v.cfg.Kubernetes.BindingNamespace, Logger: v.deps.Logger})
+			Namespace: v.cfg.Kubernetes.BindingNamespace, Logger: v.deps.Logger, TokenTTL: tokenTTL(v.cfg.Kubernetes)})
 	default:
 		dir := v.cfg.Identity.BindingDir
 		if dir == "" {
@@ -350,7 +350,7 @@ func (v *Verifier) serveAdmin() func() {
 	}
 	var tokens adminapi.Tokens // nil in disk-only mode
 	if v.kube != nil {
-		tokens = tokenAdmin{client: v.kube, minter: v.Minter}
+		tokens = tokenAdmin{client: v.kube, minter: v.Minter, bindings: v.bindings}
 	}
 	srv, err := localapi.NewServer(localapi.Config{Logger: v.deps.Logger,
 		Services: []localapi.Service{adminapi.Service(tokens, policyChecker{v.policyDeps}, bindingAdmin{v.bindings})}})

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -32,6 +33,15 @@ func newKubeMinter(k *Kubernetes, log *slog.Logger) (kubernetes.Interface, token
 		SignatureWait: k.JWSWait.Duration, Endpoints: k.APIServerEndpoints, CACertHashes: k.CACertHashes,
 		CertificatesDir: k.CertificatesDir, TokenDiscovery: k.Discovery == "token"})
 	return client, m, err
+}
+
+// tokenTTL is the minter's token lifetime, which the binding Leases
+// record as each token's expiry.
+func tokenTTL(k *Kubernetes) time.Duration {
+	if k == nil || k.TokenTTL.Duration == 0 {
+		return token.DefaultTTL
+	}
+	return k.TokenTTL.Duration
 }
 
 // runApprover approves kubelet CSRs only for the node names the verifier
