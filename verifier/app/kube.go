@@ -25,7 +25,7 @@ const KubeconfigCredential = "latchkey-kubeconfig"
 
 // newKubeMinter builds the client-go token step from the Kubernetes section.
 func newKubeMinter(k *Kubernetes, log *slog.Logger) (kubernetes.Interface, token.Minter, error) {
-	client, err := kubeClient(k.Kubeconfig)
+	client, err := kubeClient(k)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -83,8 +83,9 @@ func (n NodeTokens) NodeTokenID(ctx context.Context, node string) (string, error
 	return r.TokenID, err
 }
 
-// kubeClient reads the kubeconfig at path, or the systemd credential.
-func kubeClient(path string) (kubernetes.Interface, error) {
+// kubeClient reads k's kubeconfig, or the systemd credential.
+func kubeClient(k *Kubernetes) (kubernetes.Interface, error) {
+	path := k.Kubeconfig
 	if path == "" {
 		dir := os.Getenv("CREDENTIALS_DIRECTORY")
 		if dir == "" {
@@ -97,8 +98,15 @@ func kubeClient(path string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes: kubeconfig %s: %w", path, err)
 	}
 	rc.UserAgent = "latchkey-verifier"
-	// A mint is 2-4 requests; client-go's default 5/s would throttle joins.
-	rc.QPS, rc.Burst = 100, 200
+	// A whole join is about ten requests; client-go's default 5/s (and
+	// the 100/s latchkey had) throttled a boot storm to ~10 joins/s.
+	rc.QPS, rc.Burst = DefaultAPIQPS, 2*DefaultAPIQPS
+	if k.APIQPS > 0 {
+		rc.QPS, rc.Burst = k.APIQPS, 2*int(k.APIQPS)
+	}
+	if k.APIBurst > 0 {
+		rc.Burst = k.APIBurst
+	}
 	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)

@@ -34,6 +34,9 @@ type ReaperConfig struct {
 	OnReaped func()
 	// Resync re-examines CSRs and Nodes (default 30s).
 	Resync time.Duration
+	// Workers is how many Nodes are examined (and their tokens deleted)
+	// at once (DefaultWorkers when zero).
+	Workers int
 }
 
 // Reaper deletes a node's bootstrap token as soon as the node no longer
@@ -80,21 +83,18 @@ func (r *Reaper) Run(ctx context.Context) error {
 			r.ObserveCSR(csr)
 		}
 	}
-	onNode := func(obj any) {
-		if n, ok := obj.(*corev1.Node); ok {
-			r.ObserveNode(ctx, n)
-		}
-	}
 	if _, err := csrs.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onCSR, UpdateFunc: func(_, o any) { onCSR(o) }}); err != nil {
 		return err
 	}
-	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onNode, UpdateFunc: func(_, o any) { onNode(o) }}); err != nil {
-		return err
-	}
 	f.Start(ctx.Done())
-	<-ctx.Done()
-	f.Shutdown()
-	return nil
+	defer f.Shutdown()
+	// CSRs are only noted (in memory, in the callback); a Node may cost a
+	// token deletion, so Nodes go to workers.
+	return runQueued(ctx, nodes, r.cfg.Workers, func(ctx context.Context, obj any) {
+		if n, ok := obj.(*corev1.Node); ok {
+			r.ObserveNode(ctx, n)
+		}
+	})
 }
 
 // ObserveCSR notes a latchkey token whose kubelet client certificate was
