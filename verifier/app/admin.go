@@ -34,9 +34,11 @@ func (p policyChecker) Check(_ context.Context, data []byte) (string, error) {
 // not read any Secret: the tokens are the ones the node binding Leases
 // record (each node's latest), and whether each still exists is asked
 // with a dry-run delete of its Secret (the one Secret verb the verifier
-// holds; nothing is deleted and no Secret data is read). A token latchkey
-// did not mint, or a node's earlier token, is not listed, and revoking it
-// is refused: the verifier deletes only its own tokens.
+// holds; nothing is deleted and no Secret data is read). A record naming
+// a token that is gone (reaped before the reaper cleared records, or a
+// failed mint) is cleared on the way. A token latchkey did not mint, or a
+// node's earlier token, is not listed, and revoking it is refused: the
+// verifier deletes only its own tokens.
 type tokenAdmin struct {
 	client   kubernetes.Interface
 	minter   token.Minter
@@ -59,6 +61,9 @@ func (t tokenAdmin) List(ctx context.Context) ([]*adminv1.Token, error) {
 		wg.Go(func() {
 			for i := range next {
 				live[i], errs[i] = t.exists(ctx, recs[i].TokenID)
+				if !live[i] && errs[i] == nil {
+					t.forget(ctx, recs[i])
+				}
 			}
 		})
 	}
@@ -121,6 +126,16 @@ func tokenInfo(r binding.Record) *adminv1.Token {
 		t.ExpiryUnix = r.TokenExpiry.Unix()
 	}
 	return t
+}
+
+// forget clears a gone token from its node's record (best effort: the
+// next list asks again), so records written before the reaper cleared
+// them, or whose clearing failed, cost one existence check, not one per
+// list.
+func (t tokenAdmin) forget(ctx context.Context, r binding.Record) {
+	if c, ok := t.bindings.(tokenClearer); ok {
+		_ = c.ClearToken(ctx, r.Name, r.TokenID)
+	}
 }
 
 // tokenClearer removes a revoked token from its node's record

@@ -82,6 +82,13 @@ func TestTokenAdminListsAndRevokesFromBindings(t *testing.T) {
 	if tk.GetId() != "abcdef" || tk.GetNodeName() != "node-a" || tk.GetExpiryUnix()-tk.GetCreatedUnix() != 1800 {
 		t.Fatalf("token %+v", tk)
 	}
+	// The list cleared node-b's record, which named a gone token.
+	if r, err := leases.Get(ctx, binding.Node, "node-b"); err != nil || r.TokenID != "" {
+		t.Fatalf("node-b's record after the list: %+v %v", r, err)
+	}
+	if err := leases.SetToken(ctx, "node-b", "tpm-ak:node-b", "gone00"); err != nil {
+		t.Fatal(err)
+	}
 	for id, want := range map[string]string{
 		"foreig": "token not found: not the token of any node this cluster's verifiers bound (latchkey deletes only its own)",
 		"gone00": "token not found: node node-b's token, already gone (used, revoked or expired)",

@@ -262,7 +262,7 @@ func (v *Verifier) Serve(ctx context.Context) error {
 	}
 	if v.kube != nil {
 		v.bg.Go(func() { runApprover(ctx, v.kube, v.bindings, v.store, v.cfg.Kubernetes, v.deps.Logger) })
-		v.bg.Go(func() { runReaper(ctx, v.kube, v.Minter, v.metrics, v.deps.Logger) })
+		v.bg.Go(func() { runReaper(ctx, v.kube, v.Minter, v.bindings, v.metrics, v.deps.Logger) })
 		// The controller reads the nodes' Leases: only with that store.
 		if leases, ok := v.bindings.(*binding.Leases); ok {
 			v.bg.Go(func() { v.runReattest(ctx, leases) })

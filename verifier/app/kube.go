@@ -115,11 +115,15 @@ func kubeClient(k *Kubernetes) (kubernetes.Interface, error) {
 }
 
 // runReaper deletes each node's bootstrap token once the node has used
-// it (certificate issued, Node registered); tokens it misses expire at
-// their TTL.
-func runReaper(ctx context.Context, client kubernetes.Interface, revoker csr.Revoker, m *metrics.Metrics, log *slog.Logger) {
-	r, err := csr.NewReaper(csr.ReaperConfig{Client: client, Revoker: revoker, Logger: log,
-		OnReaped: func() { m.TokenRevoked(metrics.RevokeUsed) }})
+// it (certificate issued, Node registered), and clears it from the node's
+// binding record; tokens it misses expire at their TTL.
+func runReaper(ctx context.Context, client kubernetes.Interface, revoker csr.Revoker, b binding.Store, m *metrics.Metrics, log *slog.Logger) {
+	cfg := csr.ReaperConfig{Client: client, Revoker: revoker, Logger: log,
+		OnReaped: func() { m.TokenRevoked(metrics.RevokeUsed) }}
+	if c, ok := b.(tokenClearer); ok {
+		cfg.Forget = c.ClearToken
+	}
+	r, err := csr.NewReaper(cfg)
 	if err == nil {
 		err = r.Run(ctx)
 	}

@@ -37,6 +37,10 @@ type ReaperConfig struct {
 	// Workers is how many Nodes are examined (and their tokens deleted)
 	// at once (DefaultWorkers when zero).
 	Workers int
+	// Forget, when set, is told of each token deleted after use, with its
+	// node, so the node's binding record stops naming it (`tokens list`
+	// then looks only at tokens not yet used). Its failure is logged.
+	Forget func(ctx context.Context, node, tokenID string) error
 }
 
 // Reaper deletes a node's bootstrap token as soon as the node no longer
@@ -143,6 +147,12 @@ func (r *Reaper) ObserveNode(ctx context.Context, n *corev1.Node) {
 		delete(r.pending, n.Name)
 	}
 	r.mu.Unlock()
+	if r.cfg.Forget != nil {
+		if err := r.cfg.Forget(ctx, n.Name, p.tokenID); err != nil {
+			r.log.Warn("used bootstrap token deleted, but its node record still names it", "node", n.Name,
+				"token_id", p.tokenID, "error", err.Error())
+		}
+	}
 	if r.cfg.OnReaped != nil {
 		r.cfg.OnReaped()
 	}

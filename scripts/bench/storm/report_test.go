@@ -32,6 +32,9 @@ type result struct {
 	tokensZero time.Duration
 	tokenCurve []tokenSample
 	reaped     int
+	// recordsNamingTokens is how many of the storm's node records still
+	// name a token at the end.
+	recordsNamingTokens int
 }
 
 type tokenSample struct {
@@ -102,6 +105,7 @@ func (r *result) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "latchkey tokens alive: %d before, %d when the last join was done, %d at the end; back to %d after %s; %d deleted after use by the reaper\n",
 		r.tokensBefore, r.tokensAtEnd, r.tokensLeft, r.tokensBefore, zero, r.reaped)
+	fmt.Fprintf(w, "node binding records still naming a token at the end: %d of %d\n", r.recordsNamingTokens, r.agents)
 	var curve []string
 	for i, s := range r.tokenCurve {
 		if i%5 == 0 || i == len(r.tokenCurve)-1 {

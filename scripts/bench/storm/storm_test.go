@@ -32,6 +32,7 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/k8stest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
@@ -182,6 +183,7 @@ func runStorm(b *testing.B, env k8stest.Env) *result {
 		}
 	}
 	r.tokensLeft = r.tokenCurve[len(r.tokenCurve)-1].alive
+	r.recordsNamingTokens = recordsNamingTokens(b, admin, nodes)
 	r.verifierTotal, r.verifierRSSKiB = v.stop(b)
 	r.reaped = v.countLog(b, "bootstrap token deleted after use")
 	deleteNodes(admin, nodes)
@@ -403,6 +405,27 @@ func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// recordsNamingTokens counts the storm's node binding Leases that still
+// name a token (the reaper clears a used one).
+func recordsNamingTokens(b *testing.B, admin kubernetes.Interface, nodes []*node) int {
+	l, err := admin.CoordinationV1().Leases(binding.DefaultNamespace).List(context.Background(),
+		metav1.ListOptions{LabelSelector: binding.LabelKind + "=" + string(binding.Node)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ours := map[string]bool{}
+	for _, n := range nodes {
+		ours[binding.ObjectName(binding.Node, n.name)] = true
+	}
+	c := 0
+	for _, lease := range l.Items {
+		if ours[lease.Name] && lease.Annotations[binding.AnnotationTokenID] != "" {
+			c++
+		}
+	}
+	return c
 }
 
 // deleteNodes removes the storm's Nodes (the control plane is the
