@@ -124,7 +124,8 @@ func (v *Verifier) loadBindings() error {
 		v.bindings = v.deps.Bindings
 	case v.kube != nil:
 		v.bindings, err = binding.NewLeases(binding.LeaseConfig{Client: v.kube,
-			Namespace: v.cfg.Kubernetes.BindingNamespace, Logger: v.deps.Logger, TokenTTL: tokenTTL(v.cfg.Kubernetes)})
+			Namespace: v.cfg.Kubernetes.BindingNamespace, Logger: v.deps.Logger, TokenTTL: tokenTTL(v.cfg.Kubernetes),
+			OnTokenReplaced: revokeReplaced(v.Minter, v.deps.Logger)})
 	default:
 		dir := v.cfg.Identity.BindingDir
 		if dir == "" {

@@ -53,9 +53,17 @@ func TestK8sTokensListRevoke(t *testing.T) {
 	startAssembled(t, r.rig, cfg, nil)
 	suffix := time.Now().Format("150405")
 	nodeA, nodeB := "tokens-a-"+suffix, "tokens-b-"+suffix
-	tA := r.join(t, tpmIssuer(t, sims[0]), req(nodeA, uuid.NewString(), false, false))
+	issA, diskA := tpmIssuer(t, sims[0]), uuid.NewString()
+	first := r.join(t, issA, req(nodeA, diskA, false, false))
 	tB := r.join(t, tpmIssuer(t, sims[1]), req(nodeB, uuid.NewString(), false, false))
+	// Node A asks again before its first join finished: the new token
+	// replaces the first on its record, and the first is deleted (no
+	// record would name it, and the approver no longer honours it).
+	tA := r.join(t, issA, req(nodeA, diskA, false, false))
 	idA, idB := tA.Token[:6], tB.Token[:6]
+	if _, err := admin.CoreV1().Secrets("kube-system").Get(ctx, bootstrapapi.BootstrapTokenSecretPrefix+first.Token[:6], metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("node A's replaced token %s: %v, want NotFound", first.Token[:6], err)
+	}
 
 	// A kubeadm token nobody asked latchkey for, with an ID of its own.
 	foreign := "zz" + suffix[2:]

@@ -44,6 +44,24 @@ func tokenTTL(k *Kubernetes) time.Duration {
 	return k.TokenTTL.Duration
 }
 
+// revokeReplaced deletes a node's earlier token once a new one is
+// recorded for it (binding.LeaseConfig.OnTokenReplaced): the approver no
+// longer honours it, and no record would name it. A token already gone is
+// not an error (Revoke); a failure leaves it to its TTL.
+func revokeReplaced(m token.Minter, log *slog.Logger) func(ctx context.Context, node, id string) {
+	if m == nil {
+		return nil
+	}
+	return func(ctx context.Context, node, id string) {
+		if err := m.Revoke(ctx, id); err != nil {
+			log.Warn("could not delete a node's replaced bootstrap token; it expires at its TTL", "node", node,
+				"token_id", id, "error", err.Error())
+			return
+		}
+		log.Info("replaced bootstrap token deleted", "node", node, "token_id", id)
+	}
+}
+
 // runApprover approves kubelet CSRs only for the node names the verifier
 // attested (kubeadm's blanket auto-approval is off for latchkey's tokens).
 // It runs until ctx ends; its failure is logged, joins go on.

@@ -57,6 +57,12 @@ type LeaseConfig struct {
 	// the Secret's own by at most the Secret write's latency). Zero
 	// records no expiry.
 	TokenTTL time.Duration
+	// OnTokenReplaced, when set, is called after SetToken replaced another
+	// token ID on a node's record (the node asked again before its
+	// previous join finished). The CSR approver honours only the recorded
+	// token, so the verifier deletes the replaced one: every live latchkey
+	// token stays named by a record (`tokens list`).
+	OnTokenReplaced func(ctx context.Context, node, previousID string)
 }
 
 // Leases keeps records as coordination.k8s.io Leases named ObjectName
@@ -76,6 +82,8 @@ type Leases struct {
 	ns     string
 	log    *slog.Logger
 	ttl    time.Duration
+	// replaced is LeaseConfig.OnTokenReplaced.
+	replaced func(ctx context.Context, node, previousID string)
 }
 
 var _ Store = (*Leases)(nil)
@@ -97,7 +105,8 @@ func NewLeases(cfg LeaseConfig) (*Leases, error) {
 	if cfg.TokenTTL < 0 {
 		return nil, errors.New("binding: negative token TTL")
 	}
-	return &Leases{client: cfg.Client, ns: cfg.Namespace, log: cfg.Logger.With("component", "binding"), ttl: cfg.TokenTTL}, nil
+	return &Leases{client: cfg.Client, ns: cfg.Namespace, log: cfg.Logger.With("component", "binding"),
+		ttl: cfg.TokenTTL, replaced: cfg.OnTokenReplaced}, nil
 }
 
 // Claim implements Store.
@@ -203,7 +212,9 @@ func (l *Leases) SetToken(ctx context.Context, node, identity, tokenID string) e
 	if err := validate(Node, node, identity, true); err != nil {
 		return err
 	}
-	return l.updateBoundNode(ctx, node, identity, func(lease *coordinationv1.Lease) {
+	var previous string
+	err := l.updateBoundNode(ctx, node, identity, func(lease *coordinationv1.Lease) {
+		previous = lease.Annotations[AnnotationTokenID]
 		lease.Annotations[AnnotationTokenID] = tokenID
 		at := time.Now()
 		lease.Annotations[AnnotationTokenRecorded] = at.UTC().Format(time.RFC3339)
@@ -215,6 +226,10 @@ func (l *Leases) SetToken(ctx context.Context, node, identity, tokenID string) e
 		now := metav1.NewMicroTime(at)
 		lease.Spec.RenewTime = &now
 	})
+	if err == nil && previous != "" && previous != tokenID && l.replaced != nil {
+		l.replaced(ctx, node, previous)
+	}
+	return err
 }
 
 // ClearToken removes tokenID from the node's record if it is still the

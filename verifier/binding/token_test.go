@@ -53,3 +53,33 @@ func TestLeaseTokenTimesAndClear(t *testing.T) {
 		t.Fatal("negative TTL accepted")
 	}
 }
+
+// A token replaced on a node's record is handed to OnTokenReplaced, once;
+// recording the same token again, or a first token, replaces nothing.
+func TestLeaseTokenReplaced(t *testing.T) {
+	ctx := context.Background()
+	var replaced []string
+	s, err := binding.NewLeases(binding.LeaseConfig{Client: fake.NewClientset(), Logger: slog.New(slog.DiscardHandler),
+		OnTokenReplaced: func(_ context.Context, node, id string) { replaced = append(replaced, node+"/"+id) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, binding.Node, "n1", "tpm-ak:1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"aaa111", "aaa111", "bbb222"} {
+		if err := s.SetToken(ctx, "n1", "tpm-ak:1", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(replaced) != 1 || replaced[0] != "n1/aaa111" {
+		t.Fatalf("replaced %v, want [n1/aaa111]", replaced)
+	}
+	// Another machine's SetToken fails and replaces nothing.
+	if err := s.SetToken(ctx, "n1", "tpm-ak:2", "ccc333"); err == nil || len(replaced) != 1 {
+		t.Fatalf("SetToken by another identity: %v, replaced %v", err, replaced)
+	}
+	if _, err := binding.NewLeases(binding.LeaseConfig{Client: fake.NewClientset(), TokenTTL: -2 * time.Second}); err == nil {
+		t.Fatal("negative TTL accepted")
+	}
+}
