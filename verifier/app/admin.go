@@ -36,9 +36,10 @@ func (p policyChecker) Check(_ context.Context, data []byte) (string, error) {
 // with a dry-run delete of its Secret (the one Secret verb the verifier
 // holds; nothing is deleted and no Secret data is read). A record naming
 // a token that is gone (reaped before the reaper cleared records, or a
-// failed mint) is cleared on the way. A token latchkey did not mint, or a
-// node's earlier token, is not listed, and revoking it is refused: the
-// verifier deletes only its own tokens.
+// failed mint) is cleared on the way. A node's earlier token was deleted
+// when its record got the next (binding.LeaseConfig.OnTokenReplaced). A
+// token latchkey did not mint is not listed, and revoking it is refused:
+// the verifier deletes only its own tokens.
 type tokenAdmin struct {
 	client   kubernetes.Interface
 	minter   token.Minter
@@ -146,9 +147,8 @@ type tokenClearer interface {
 
 // Revoke deletes a token a node record names, and clears it from the
 // record so the CSR approver refuses a CSR made with it before. An ID no
-// record names (a token latchkey did not mint, a node's earlier token, a
-// typo) or whose Secret is gone wraps ErrTokenNotFound; nothing is
-// deleted then.
+// record names (a token latchkey did not mint, a typo) or whose Secret is
+// gone wraps ErrTokenNotFound; nothing is deleted then.
 func (t tokenAdmin) Revoke(ctx context.Context, id string) error {
 	recs, err := t.tokenRecords(ctx)
 	if err != nil {
