@@ -3,7 +3,10 @@
 # live here, never in timed unit tests.
 #
 #   scripts/bench.sh           all benchmarks
-#   scripts/bench.sh tpm|disk|snp|load
+#   scripts/bench.sh tpm|disk|snp|load|storm
+#
+# storm (root: the real control plane in a network namespace) is the
+# whole-join boot storm, scripts/bench-storm.sh.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "$0")/lib/common.sh"
@@ -28,4 +31,12 @@ if [[ $what == all || $what == snp ]]; then
 fi
 if [[ ( $what == all || $what == load ) && -x scripts/bench-load.sh ]]; then
   run "SNP load: verifier process, concurrent agents over loopback TLS" scripts/bench-load.sh
+fi
+if [[ $what == all || $what == storm ]]; then
+  printf '\n\033[1m== %s\033[0m\n' "whole-join storm: latchkey-verifier process, real control plane, SNP and swtpm agents"
+  if [[ $EUID -eq 0 ]]; then
+    scripts/bench-storm.sh 2>&1 | grep -vE '^(goos|goarch|pkg|cpu):' || true
+  else
+    echo "skipped: needs root (network namespace, swtpm)"
+  fi
 fi

@@ -22,6 +22,9 @@
 #   LATCHKEY_CP_ADDR     advertise address      (default 192.0.2.10, TEST-NET-1)
 #   LATCHKEY_CACHE_DIR   binary cache           (default <repo>/.cache)
 #   LATCHKEY_CP_RBAC=0   do not install latchkey's RBAC (verifier/deploy)
+#   LATCHKEY_CP_CONTROLLER_MANAGER_ARGS  extra kube-controller-manager flags,
+#                        space-separated (e.g. "--kube-api-qps=100
+#                        --kube-api-burst=200" for a boot-storm benchmark)
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -157,8 +160,10 @@ start_controller_manager() {
 	# kubeadm's flags (bootstrapsigner, tokencleaner, CSR signing with the
 	# cluster CA, service-account credentials); leader election is pointless
 	# for one instance.
+	local extra
 	mapfile -t flags < <(flags_of kube-controller-manager | grep -v -e '^--leader-elect=')
-	start kube-controller-manager "$bin/kube-controller-manager" "${flags[@]}" --leader-elect=false
+	read -ra extra <<<"${LATCHKEY_CP_CONTROLLER_MANAGER_ARGS:-}"
+	start kube-controller-manager "$bin/kube-controller-manager" "${flags[@]}" --leader-elect=false "${extra[@]}"
 	wait_ready kube-controller-manager "https://127.0.0.1:10257/healthz"
 }
 

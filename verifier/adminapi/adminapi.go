@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -32,7 +33,8 @@ var _ = [localapi.MaxRequestSize - MaxPolicySize - 4096]struct{}{}
 type Tokens interface {
 	List(ctx context.Context) ([]*adminv1.Token, error)
 	// Revoke deletes the token; it returns an error wrapping
-	// ErrTokenNotFound when no such token exists.
+	// ErrTokenNotFound when no such token exists (a message
+	// "token not found: WHY" gives the caller the why).
 	Revoke(ctx context.Context, id string) error
 }
 
@@ -109,7 +111,11 @@ func (v *verifierServer) RevokeToken(ctx context.Context, req *adminv1.RevokeTok
 	err := v.tokens.Revoke(ctx, req.GetId())
 	switch {
 	case errors.Is(err, ErrTokenNotFound):
-		return nil, status.Errorf(codes.NotFound, "no bootstrap token %s", req.GetId())
+		msg := "no bootstrap token " + req.GetId()
+		if why, ok := strings.CutPrefix(err.Error(), ErrTokenNotFound.Error()+": "); ok {
+			msg += ": " + why
+		}
+		return nil, status.Error(codes.NotFound, msg)
 	case err != nil:
 		return nil, status.Errorf(codes.Unavailable, "revoke token %s: %v", req.GetId(), err)
 	}

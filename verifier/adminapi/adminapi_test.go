@@ -134,6 +134,7 @@ func TestWriteTokensMarksMalformedExpiry(t *testing.T) {
 		{Id: "aaaaaa", NodeName: "w1", Role: latchkeyv1.Role_ROLE_WORKER, CreatedUnix: now.Unix() - 300, ExpiryUnix: now.Unix() + 1500},
 		{Id: "bbbbbb", NodeName: "w2", ExpirationMalformed: true, RawExpiration: "tomorrow"},
 		{Id: "cccccc", NodeName: "w3", ExpiryUnix: now.Unix() - 60},
+		{Id: "dddddd", NodeName: "w4"},
 	}, now)
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +145,7 @@ func TestWriteTokensMarksMalformedExpiry(t *testing.T) {
 		"aaaaaa  w1    worker  5m0s  in 25m0s",
 		`bbbbbb  w2    -       -     MALFORMED "tomorrow" (never expires; revoke it)`,
 		"cccccc  w3    -       -     expired 1m0s ago",
+		"dddddd  w4    -       -     unknown",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("got:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))

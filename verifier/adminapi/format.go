@@ -14,7 +14,7 @@ import (
 
 // WriteTokens prints bootstrap tokens as a table (`latchkey-verifier
 // tokens list`), marking tokens whose expiration cannot be parsed: nothing
-// ever expires them.
+// ever expires them. An expiry of 0 is unknown.
 func WriteTokens(w io.Writer, tokens []*adminv1.Token, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNODE\tROLE\tAGE\tEXPIRES")
@@ -64,7 +64,10 @@ func expiry(t *adminv1.Token, now time.Time) string {
 	case t.GetExpirationMalformed():
 		return fmt.Sprintf("MALFORMED %q (never expires; revoke it)", t.GetRawExpiration())
 	case t.GetExpiryUnix() == 0:
-		return "never (revoke it)"
+		// The record names no expiry (written before latchkey kept
+		// them); the token expires at its Secret's, which the verifier
+		// cannot read.
+		return "unknown"
 	case t.GetExpiryUnix() <= now.Unix():
 		return "expired " + localapi.Ago(now, t.GetExpiryUnix()) + " ago"
 	default:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,48 +29,151 @@ func (p policyChecker) Check(_ context.Context, data []byte) (string, error) {
 	return snap.Digest, nil
 }
 
-// tokenAdmin lists and revokes the tokens this cluster's verifiers minted
-// (the Secrets labelled managed-by=latchkey).
+// tokenAdmin lists and revokes the tokens this cluster's verifiers minted,
+// with the verifier's own narrow credential (verifier/deploy), which may
+// not read any Secret: the tokens are the ones the node binding Leases
+// record (each node's latest), and whether each still exists is asked
+// with a dry-run delete of its Secret (the one Secret verb the verifier
+// holds; nothing is deleted and no Secret data is read). A record naming
+// a token that is gone (reaped before the reaper cleared records, or a
+// failed mint) is cleared on the way. A node's earlier token was deleted
+// when its record got the next (binding.LeaseConfig.OnTokenReplaced). A
+// token latchkey did not mint is not listed, and revoking it is refused:
+// the verifier deletes only its own tokens.
 type tokenAdmin struct {
-	client kubernetes.Interface
-	minter token.Minter
+	client   kubernetes.Interface
+	minter   token.Minter
+	bindings binding.Store
 }
 
+// probeWorkers bounds the concurrent existence checks of one List.
+const probeWorkers = 16
+
 func (t tokenAdmin) List(ctx context.Context) ([]*adminv1.Token, error) {
-	l, err := t.client.CoreV1().Secrets(metav1.NamespaceSystem).List(ctx, metav1.ListOptions{
-		LabelSelector: token.ManagedSelector})
+	recs, err := t.tokenRecords(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list token secrets: %w", err)
+		return nil, err
 	}
-	out := make([]*adminv1.Token, 0, len(l.Items))
-	for i := range l.Items {
-		if info, ok := token.ReadSecret(&l.Items[i]); ok {
-			out = append(out, tokenInfo(info))
+	live := make([]bool, len(recs))
+	errs := make([]error, len(recs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(probeWorkers, len(recs)) {
+		wg.Go(func() {
+			for i := range next {
+				live[i], errs[i] = t.exists(ctx, recs[i].TokenID)
+				if !live[i] && errs[i] == nil {
+					t.forget(ctx, recs[i])
+				}
+			}
+		})
+	}
+	for i := range recs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out := make([]*adminv1.Token, 0, len(recs))
+	for i, r := range recs {
+		if live[i] {
+			out = append(out, tokenInfo(r))
 		}
 	}
 	return out, nil
 }
 
-// tokenInfo is the admin API's view of a token Secret.
-func tokenInfo(i token.Info) *adminv1.Token {
-	t := &adminv1.Token{Id: i.ID, NodeName: i.NodeName, EvidenceDigest: i.EvidenceDigest,
-		CreatedUnix: i.Created.Unix(), Role: i.Role,
-		ExpirationMalformed: i.ExpirationMalformed, RawExpiration: i.RawExpiration}
-	if !i.Expiry.IsZero() {
-		t.ExpiryUnix = i.Expiry.Unix()
+// tokenRecords are the bound node records that name a token.
+func (t tokenAdmin) tokenRecords(ctx context.Context) ([]binding.Record, error) {
+	if t.bindings == nil {
+		return nil, errors.New("no binding store")
+	}
+	all, err := t.bindings.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []binding.Record
+	for _, r := range all {
+		if r.Kind == binding.Node && r.Bound() && r.TokenID != "" {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// exists asks whether the token's Secret exists with a dry-run delete.
+func (t tokenAdmin) exists(ctx context.Context, id string) (bool, error) {
+	err := t.client.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, token.SecretName(id),
+		metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("check token %s: %w", id, err)
+	}
+}
+
+// tokenInfo is the admin API's view of a token a node record names.
+func tokenInfo(r binding.Record) *adminv1.Token {
+	t := &adminv1.Token{Id: r.TokenID, NodeName: r.Name}
+	if !r.TokenRecorded.IsZero() {
+		t.CreatedUnix = r.TokenRecorded.Unix()
+	}
+	if !r.TokenExpiry.IsZero() {
+		t.ExpiryUnix = r.TokenExpiry.Unix()
 	}
 	return t
 }
 
-func (t tokenAdmin) Revoke(ctx context.Context, id string) error {
-	_, err := t.client.CoreV1().Secrets(metav1.NamespaceSystem).Get(ctx, token.SecretName(id), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("%w: %s", adminapi.ErrTokenNotFound, id)
+// forget clears a gone token from its node's record (best effort: the
+// next list asks again), so records written before the reaper cleared
+// them, or whose clearing failed, cost one existence check, not one per
+// list.
+func (t tokenAdmin) forget(ctx context.Context, r binding.Record) {
+	if c, ok := t.bindings.(tokenClearer); ok {
+		_ = c.ClearToken(ctx, r.Name, r.TokenID)
 	}
+}
+
+// tokenClearer removes a revoked token from its node's record
+// (binding.Leases).
+type tokenClearer interface {
+	ClearToken(ctx context.Context, node, tokenID string) error
+}
+
+// Revoke deletes a token a node record names, and clears it from the
+// record so the CSR approver refuses a CSR made with it before. An ID no
+// record names (a token latchkey did not mint, a typo) or whose Secret is
+// gone wraps ErrTokenNotFound; nothing is deleted then.
+func (t tokenAdmin) Revoke(ctx context.Context, id string) error {
+	recs, err := t.tokenRecords(ctx)
 	if err != nil {
 		return err
 	}
-	return t.minter.Revoke(ctx, id)
+	i := slices.IndexFunc(recs, func(r binding.Record) bool { return r.TokenID == id })
+	if i < 0 {
+		return fmt.Errorf("%w: not the token of any node this cluster's verifiers bound (latchkey deletes only its own)", adminapi.ErrTokenNotFound)
+	}
+	live, err := t.exists(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !live {
+		return fmt.Errorf("%w: node %s's token, already gone (used, revoked or expired)", adminapi.ErrTokenNotFound, recs[i].Name)
+	}
+	if err := t.minter.Revoke(ctx, id); err != nil {
+		return err
+	}
+	if c, ok := t.bindings.(tokenClearer); ok {
+		if err := c.ClearToken(ctx, recs[i].Name, id); err != nil {
+			return fmt.Errorf("token %s deleted, but not cleared from node %s's record: %w", id, recs[i].Name, err)
+		}
+	}
+	return nil
 }
 
 // bindingAdmin lists and releases binding records for the admin API.

@@ -125,7 +125,8 @@ func (v *Verifier) loadBindings() error {
 		v.bindings = v.deps.Bindings
 	case v.kube != nil:
 		v.bindings, err = binding.NewLeases(binding.LeaseConfig{Client: v.kube,
-			Namespace: v.cfg.Kubernetes.BindingNamespace, Logger: v.deps.Logger})
+			Namespace: v.cfg.Kubernetes.BindingNamespace, Logger: v.deps.Logger, TokenTTL: tokenTTL(v.cfg.Kubernetes),
+			OnTokenReplaced: revokeReplaced(v.Minter, v.deps.Logger)})
 	default:
 		dir := v.cfg.Identity.BindingDir
 		if dir == "" {
@@ -249,7 +250,7 @@ func (v *Verifier) Serve(ctx context.Context) error {
 	}
 	if v.kube != nil {
 		v.bg.Go(func() { runApprover(ctx, v.kube, v.bindings, v.store, v.cfg.Kubernetes, v.deps.Logger) })
-		v.bg.Go(func() { runReaper(ctx, v.kube, v.Minter, v.metrics, v.deps.Logger) })
+		v.bg.Go(func() { runReaper(ctx, v.kube, v.Minter, v.bindings, v.metrics, v.deps.Logger) })
 		// The controller reads the nodes' Leases: only with that store.
 		if leases, ok := v.bindings.(*binding.Leases); ok {
 			v.bg.Go(func() { v.runReattest(ctx, leases) })
@@ -337,7 +338,7 @@ func (v *Verifier) serveAdmin() func() {
 	}
 	var tokens adminapi.Tokens // nil in disk-only mode
 	if v.kube != nil {
-		tokens = tokenAdmin{client: v.kube, minter: v.Minter}
+		tokens = tokenAdmin{client: v.kube, minter: v.Minter, bindings: v.bindings}
 	}
 	srv, err := localapi.NewServer(localapi.Config{Logger: v.deps.Logger,
 		Services: []localapi.Service{adminapi.Service(tokens, policyChecker{v.policyDeps}, bindingAdmin{v.bindings})}})

@@ -146,7 +146,18 @@ type Kubernetes struct {
 	// BindingNamespace holds the binding Leases (default latchkey-system,
 	// created by verifier/deploy).
 	BindingNamespace string `json:"bindingNamespace,omitempty"`
+	// APIQPS and APIBurst are the verifier's client-side bound on its
+	// requests to the API server (default DefaultAPIQPS and twice APIQPS);
+	// the API server's priority and fairness applies besides. A whole join
+	// costs about ten requests (binding claims, token write and record,
+	// CSR approval, token deletion), so the bound caps joins per second at
+	// about APIQPS/10 (docs/benchmarks.md, boot storm).
+	APIQPS   float32 `json:"apiQPS,omitempty"`
+	APIBurst int     `json:"apiBurst,omitempty"`
 }
+
+// DefaultAPIQPS is kubernetes.apiQPS's default.
+const DefaultAPIQPS = 500
 
 // Duration is a time.Duration written as "30s" in YAML.
 type Duration = duration.Duration
@@ -198,6 +209,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.validateReattest(); err != nil {
 		return err
+	}
+	if k := c.Kubernetes; k != nil && (k.APIQPS < 0 || k.APIBurst < 0) {
+		return fmt.Errorf("kubernetes.apiQPS %v, apiBurst %d: want 0 (default) or more", k.APIQPS, k.APIBurst)
 	}
 	if k := c.Kubernetes; k != nil && k.Discovery != "" && k.Discovery != "file" && k.Discovery != "token" {
 		return fmt.Errorf("kubernetes.discovery %q: want file or token", k.Discovery)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,7 +26,7 @@ const KubeconfigCredential = "latchkey-kubeconfig"
 
 // newKubeMinter builds the client-go token step from the Kubernetes section.
 func newKubeMinter(k *Kubernetes, log *slog.Logger) (kubernetes.Interface, token.Minter, error) {
-	client, err := kubeClient(k.Kubeconfig)
+	client, err := kubeClient(k)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -33,6 +34,33 @@ func newKubeMinter(k *Kubernetes, log *slog.Logger) (kubernetes.Interface, token
 		SignatureWait: k.JWSWait.Duration, Endpoints: k.APIServerEndpoints, CACertHashes: k.CACertHashes,
 		CertificatesDir: k.CertificatesDir, TokenDiscovery: k.Discovery == "token"})
 	return client, m, err
+}
+
+// tokenTTL is the minter's token lifetime, which the binding Leases
+// record as each token's expiry.
+func tokenTTL(k *Kubernetes) time.Duration {
+	if k == nil || k.TokenTTL.Duration == 0 {
+		return token.DefaultTTL
+	}
+	return k.TokenTTL.Duration
+}
+
+// revokeReplaced deletes a node's earlier token once a new one is
+// recorded for it (binding.LeaseConfig.OnTokenReplaced): the approver no
+// longer honours it, and no record would name it. A token already gone is
+// not an error (Revoke); a failure leaves it to its TTL.
+func revokeReplaced(m token.Minter, log *slog.Logger) func(ctx context.Context, node, id string) {
+	if m == nil {
+		return nil
+	}
+	return func(ctx context.Context, node, id string) {
+		if err := m.Revoke(ctx, id); err != nil {
+			log.Warn("could not delete a node's replaced bootstrap token; it expires at its TTL", logkey.Node, node,
+				logkey.TokenID, id, logkey.Error, err.Error())
+			return
+		}
+		log.Info("replaced bootstrap token deleted", logkey.Node, node, logkey.TokenID, id)
+	}
 }
 
 // runApprover approves kubelet CSRs only for the node names the verifier
@@ -74,8 +102,9 @@ func (n NodeTokens) NodeTokenID(ctx context.Context, node string) (string, error
 	return r.TokenID, err
 }
 
-// kubeClient reads the kubeconfig at path, or the systemd credential.
-func kubeClient(path string) (kubernetes.Interface, error) {
+// kubeClient reads k's kubeconfig, or the systemd credential.
+func kubeClient(k *Kubernetes) (kubernetes.Interface, error) {
+	path := k.Kubeconfig
 	if path == "" {
 		dir := os.Getenv("CREDENTIALS_DIRECTORY")
 		if dir == "" {
@@ -88,8 +117,15 @@ func kubeClient(path string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes: kubeconfig %s: %w", path, err)
 	}
 	rc.UserAgent = "latchkey-verifier"
-	// A mint is 2-4 requests; client-go's default 5/s would throttle joins.
-	rc.QPS, rc.Burst = 100, 200
+	// A whole join is about ten requests; client-go's default 5/s (and
+	// the 100/s latchkey had) throttled a boot storm to ~10 joins/s.
+	rc.QPS, rc.Burst = DefaultAPIQPS, 2*DefaultAPIQPS
+	if k.APIQPS > 0 {
+		rc.QPS, rc.Burst = k.APIQPS, 2*int(k.APIQPS)
+	}
+	if k.APIBurst > 0 {
+		rc.Burst = k.APIBurst
+	}
 	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
@@ -98,11 +134,15 @@ func kubeClient(path string) (kubernetes.Interface, error) {
 }
 
 // runReaper deletes each node's bootstrap token once the node has used
-// it (certificate issued, Node registered); tokens it misses expire at
-// their TTL.
-func runReaper(ctx context.Context, client kubernetes.Interface, revoker csr.Revoker, m *metrics.Metrics, log *slog.Logger) {
-	r, err := csr.NewReaper(csr.ReaperConfig{Client: client, Revoker: revoker, Logger: log,
-		OnReaped: func() { m.TokenRevoked(metrics.RevokeUsed) }})
+// it (certificate issued, Node registered), and clears it from the node's
+// binding record; tokens it misses expire at their TTL.
+func runReaper(ctx context.Context, client kubernetes.Interface, revoker csr.Revoker, b binding.Store, m *metrics.Metrics, log *slog.Logger) {
+	cfg := csr.ReaperConfig{Client: client, Revoker: revoker, Logger: log,
+		OnReaped: func() { m.TokenRevoked(metrics.RevokeUsed) }}
+	if c, ok := b.(tokenClearer); ok {
+		cfg.Forget = c.ClearToken
+	}
+	r, err := csr.NewReaper(cfg)
 	if err == nil {
 		err = r.Run(ctx)
 	}

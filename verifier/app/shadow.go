@@ -42,5 +42,5 @@ func KubeClient(cfg *Config) (kubernetes.Interface, error) {
 	if cfg.Kubernetes == nil {
 		return nil, fmt.Errorf("no kubernetes section: node records exist only in Kubernetes mode")
 	}
-	return kubeClient(cfg.Kubernetes.Kubeconfig)
+	return kubeClient(cfg.Kubernetes)
 }

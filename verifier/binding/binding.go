@@ -77,6 +77,9 @@ type Record struct {
 	// TokenID is the last bootstrap token minted for a node ("" for a
 	// disk, or a node never given a token).
 	TokenID string
+	// TokenRecorded and TokenExpiry are when TokenID was recorded and
+	// when it expires (zero when unknown; Leases only).
+	TokenRecorded, TokenExpiry time.Time
 	// Created is when the record was claimed (or last taken over).
 	Created time.Time
 	// Released is when an operator released it (zero while bound); a

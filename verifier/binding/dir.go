@@ -79,13 +79,16 @@ func NewDir(cfg DirConfig) (*Dir, error) {
 
 // fileRecord is a record's file content.
 type fileRecord struct {
-	Kind       Kind      `json:"kind"`
-	Name       string    `json:"name"`
-	Identity   string    `json:"identity"`
-	TokenID    string    `json:"tokenID,omitempty"`
-	Created    time.Time `json:"created"`
-	Released   time.Time `json:"released,omitzero"`
-	ReleasedBy string    `json:"releasedBy,omitempty"`
+	Kind     Kind   `json:"kind"`
+	Name     string `json:"name"`
+	Identity string `json:"identity"`
+	TokenID  string `json:"tokenID,omitempty"`
+	// Dir records no token times (disk-only mode mints no tokens).
+	TokenRecorded time.Time `json:"tokenRecorded,omitzero"`
+	TokenExpiry   time.Time `json:"tokenExpiry,omitzero"`
+	Created       time.Time `json:"created"`
+	Released      time.Time `json:"released,omitzero"`
+	ReleasedBy    string    `json:"releasedBy,omitempty"`
 	// KeyGeneration: see Record.
 	KeyGeneration *uint32 `json:"keyGeneration,omitempty"`
 }

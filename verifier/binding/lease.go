@@ -35,6 +35,12 @@ const (
 	AnnotationIdentity = "latchkey.io/identity"
 	// AnnotationTokenID is the last bootstrap token minted for a node.
 	AnnotationTokenID = "latchkey.io/token-id"
+	// AnnotationTokenRecorded and AnnotationTokenExpiry (RFC 3339) are
+	// when that token's ID was recorded (its Secret had just been
+	// written) and when it expires, so `tokens list` can show both
+	// without reading the token Secret, which the verifier may not.
+	AnnotationTokenRecorded = "latchkey.io/token-recorded-at"
+	AnnotationTokenExpiry   = "latchkey.io/token-expiry"
 	// AnnotationReleasedAt (RFC 3339) and AnnotationReleasedBy mark a
 	// released record; it has no identity and no token.
 	AnnotationReleasedAt = "latchkey.io/released-at"
@@ -51,6 +57,17 @@ type LeaseConfig struct {
 	// (verifier/deploy creates latchkey-system).
 	Namespace string
 	Logger    *slog.Logger
+	// TokenTTL is the minter's token lifetime: SetToken records the
+	// token's expiry as the time of recording plus TokenTTL (later than
+	// the Secret's own by at most the Secret write's latency). Zero
+	// records no expiry.
+	TokenTTL time.Duration
+	// OnTokenReplaced, when set, is called after SetToken replaced another
+	// token ID on a node's record (the node asked again before its
+	// previous join finished). The CSR approver honours only the recorded
+	// token, so the verifier deletes the replaced one: every live latchkey
+	// token stays named by a record (`tokens list`).
+	OnTokenReplaced func(ctx context.Context, node, previousID string)
 }
 
 // Leases keeps records as coordination.k8s.io Leases named ObjectName
@@ -69,6 +86,9 @@ type Leases struct {
 	client kubernetes.Interface
 	ns     string
 	log    *slog.Logger
+	ttl    time.Duration
+	// replaced is LeaseConfig.OnTokenReplaced.
+	replaced func(ctx context.Context, node, previousID string)
 }
 
 var _ Store = (*Leases)(nil)
@@ -87,7 +107,11 @@ func NewLeases(cfg LeaseConfig) (*Leases, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Leases{client: cfg.Client, ns: cfg.Namespace, log: cfg.Logger.With(logkey.Component, "binding")}, nil
+	if cfg.TokenTTL < 0 {
+		return nil, errors.New("binding: negative token TTL")
+	}
+	return &Leases{client: cfg.Client, ns: cfg.Namespace, log: cfg.Logger.With(logkey.Component, "binding"),
+		ttl: cfg.TokenTTL, replaced: cfg.OnTokenReplaced}, nil
 }
 
 // Claim implements Store.
@@ -207,11 +231,61 @@ func (l *Leases) SetToken(ctx context.Context, node, identity, tokenID string) e
 	if err := validate(Node, node, identity, true); err != nil {
 		return err
 	}
-	return l.updateBoundNode(ctx, node, identity, func(lease *coordinationv1.Lease) {
+	var previous string
+	err := l.updateBoundNode(ctx, node, identity, func(lease *coordinationv1.Lease) {
+		previous = lease.Annotations[AnnotationTokenID]
 		lease.Annotations[AnnotationTokenID] = tokenID
-		now := metav1.NewMicroTime(time.Now())
+		at := time.Now()
+		lease.Annotations[AnnotationTokenRecorded] = at.UTC().Format(time.RFC3339)
+		if l.ttl > 0 {
+			lease.Annotations[AnnotationTokenExpiry] = at.Add(l.ttl).UTC().Format(time.RFC3339)
+		} else {
+			delete(lease.Annotations, AnnotationTokenExpiry)
+		}
+		now := metav1.NewMicroTime(at)
 		lease.Spec.RenewTime = &now
 	})
+	if err == nil && previous != "" && previous != tokenID && l.replaced != nil {
+		l.replaced(ctx, node, previous)
+	}
+	return err
+}
+
+// ClearToken removes tokenID from the node's record if it is still the
+// token recorded there (an operator revoked it), so the CSR approver
+// refuses a CSR made with it before the revocation. A record that holds
+// another token, or none, is left alone.
+func (l *Leases) ClearToken(ctx context.Context, node, tokenID string) error {
+	if err := validate(Node, node, "", false); err != nil {
+		return err
+	}
+	name := ObjectName(Node, node)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := l.leases().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("binding: get lease %s/%s: %w", l.ns, name, err)
+		}
+		if lease.Annotations[AnnotationTokenID] != tokenID {
+			return nil
+		}
+		deleteTokenAnnotations(lease)
+		if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+			if apierrors.IsConflict(err) {
+				return err
+			}
+			return fmt.Errorf("binding: update lease %s/%s: %w", l.ns, name, err)
+		}
+		return nil
+	})
+}
+
+func deleteTokenAnnotations(lease *coordinationv1.Lease) {
+	delete(lease.Annotations, AnnotationTokenID)
+	delete(lease.Annotations, AnnotationTokenRecorded)
+	delete(lease.Annotations, AnnotationTokenExpiry)
 }
 
 // updateBoundNode applies mutate to the node's Lease and writes it back,
@@ -278,7 +352,7 @@ func (l *Leases) Release(ctx context.Context, kind Kind, name, by string) (Recor
 		return Record{}, fmt.Errorf("%w: %s %s was already released", ErrNotFound, kind, name)
 	}
 	delete(lease.Annotations, AnnotationIdentity)
-	delete(lease.Annotations, AnnotationTokenID)
+	deleteTokenAnnotations(lease)
 	lease.Annotations[AnnotationReleasedAt] = time.Now().UTC().Format(time.RFC3339)
 	lease.Annotations[AnnotationReleasedBy] = by
 	lease.Spec.HolderIdentity = nil
@@ -322,6 +396,12 @@ func record(lease *coordinationv1.Lease) (Record, error) {
 	}
 	if lease.Spec.AcquireTime != nil {
 		r.Created = lease.Spec.AcquireTime.Time
+	}
+	// The token times are informational (`tokens list`): one that does
+	// not parse reads as unknown, not as an invalid record.
+	if r.TokenID != "" {
+		r.TokenRecorded, _ = time.Parse(time.RFC3339, lease.Annotations[AnnotationTokenRecorded])
+		r.TokenExpiry, _ = time.Parse(time.RFC3339, lease.Annotations[AnnotationTokenExpiry])
 	}
 	if at, ok := lease.Annotations[AnnotationReleasedAt]; ok {
 		t, err := time.Parse(time.RFC3339, at)

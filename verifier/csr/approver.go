@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
 	"github.com/latchkey/latchkey/internal/logkey"
@@ -57,6 +56,9 @@ type ApproverConfig struct {
 	ServingCertificates bool
 	// Resync re-examines pending CSRs, retrying failed updates (default 30s).
 	Resync time.Duration
+	// Workers is how many CSRs are decided at once (DefaultWorkers when
+	// zero).
+	Workers int
 }
 
 // Approver approves the kubelet client CSR of a node joining with a
@@ -122,20 +124,16 @@ func componentLog(log *slog.Logger, component string) *slog.Logger {
 func (a *Approver) Run(ctx context.Context) error {
 	f := informers.NewSharedInformerFactory(a.cfg.Client, a.cfg.Resync)
 	inf := f.Certificates().V1().CertificateSigningRequests().Informer()
-	handle := func(obj any) {
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	err := runQueued(ctx, inf, a.cfg.Workers, func(ctx context.Context, obj any) {
 		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
 			a.Handle(ctx, csr)
 		}
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    handle,
-		UpdateFunc: func(_, obj any) { handle(obj) },
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("approver: %w", err)
 	}
-	f.Start(ctx.Done())
-	<-ctx.Done()
-	f.Shutdown()
 	return nil
 }
 

@@ -35,6 +35,13 @@ type ReaperConfig struct {
 	OnReaped func()
 	// Resync re-examines CSRs and Nodes (default 30s).
 	Resync time.Duration
+	// Workers is how many Nodes are examined (and their tokens deleted)
+	// at once (DefaultWorkers when zero).
+	Workers int
+	// Forget, when set, is told of each token deleted after use, with its
+	// node, so the node's binding record stops naming it (`tokens list`
+	// then looks only at tokens not yet used). Its failure is logged.
+	Forget func(ctx context.Context, node, tokenID string) error
 }
 
 // Reaper deletes a node's bootstrap token as soon as the node no longer
@@ -81,21 +88,18 @@ func (r *Reaper) Run(ctx context.Context) error {
 			r.ObserveCSR(csr)
 		}
 	}
-	onNode := func(obj any) {
-		if n, ok := obj.(*corev1.Node); ok {
-			r.ObserveNode(ctx, n)
-		}
-	}
 	if _, err := csrs.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onCSR, UpdateFunc: func(_, o any) { onCSR(o) }}); err != nil {
 		return err
 	}
-	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onNode, UpdateFunc: func(_, o any) { onNode(o) }}); err != nil {
-		return err
-	}
 	f.Start(ctx.Done())
-	<-ctx.Done()
-	f.Shutdown()
-	return nil
+	defer f.Shutdown()
+	// CSRs are only noted (in memory, in the callback); a Node may cost a
+	// token deletion, so Nodes go to workers.
+	return runQueued(ctx, nodes, r.cfg.Workers, func(ctx context.Context, obj any) {
+		if n, ok := obj.(*corev1.Node); ok {
+			r.ObserveNode(ctx, n)
+		}
+	})
 }
 
 // ObserveCSR notes a latchkey token whose kubelet client certificate was
@@ -144,6 +148,12 @@ func (r *Reaper) ObserveNode(ctx context.Context, n *corev1.Node) {
 		delete(r.pending, n.Name)
 	}
 	r.mu.Unlock()
+	if r.cfg.Forget != nil {
+		if err := r.cfg.Forget(ctx, n.Name, p.tokenID); err != nil {
+			r.log.Warn("used bootstrap token deleted, but its node record still names it", logkey.Node, n.Name,
+				logkey.TokenID, p.tokenID, logkey.Error, err.Error())
+		}
+	}
 	if r.cfg.OnReaped != nil {
 		r.cfg.OnReaped()
 	}

@@ -91,3 +91,22 @@ func TestReaperIgnoresWhatIsNotAUsedLatchkeyToken(t *testing.T) {
 		t.Fatalf("revoked %v", got)
 	}
 }
+
+// A deleted token is forgotten on its node's record, once.
+func TestReaperForgetsDeletedToken(t *testing.T) {
+	rv := &recordingRevoker{}
+	var forgot []string
+	r, err := NewReaper(ReaperConfig{Client: fake.NewClientset(), Revoker: rv,
+		Forget: func(_ context.Context, node, id string) error { forgot = append(forgot, node+"/"+id); return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuedAt := time.Now()
+	r.ObserveCSR(issuedCSR(t, "node-1", "abcdef", issuedAt))
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", CreationTimestamp: metav1.NewTime(issuedAt.Add(time.Second))}}
+	r.ObserveNode(context.Background(), n)
+	r.ObserveNode(context.Background(), n)
+	if len(forgot) != 1 || forgot[0] != "node-1/abcdef" {
+		t.Fatalf("forgot %v, want [node-1/abcdef]", forgot)
+	}
+}

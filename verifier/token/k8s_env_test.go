@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/latchkey/latchkey/agent/join"
 	"github.com/latchkey/latchkey/internal/execx"
 	"github.com/latchkey/latchkey/internal/k8stest"
@@ -34,6 +37,24 @@ func (e k8sEnv) minter(t testing.TB, mod func(*KubeConfig)) *Kube {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// unthrottledVerifier is the verifier's credential without client-go's
+// client-side rate limit (k8stest's 500 requests/s, burst 1000, is what a
+// 10,000-mint benchmark would otherwise measure: two requests a mint).
+// The API server's priority and fairness still applies.
+func (e k8sEnv) unthrottledVerifier(t testing.TB) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", e.Env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS = -1 // client-go: no rate limiter
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // recorder keeps the output of every command it runs.

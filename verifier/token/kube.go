@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +23,11 @@ import (
 const (
 	DefaultTTL           = 30 * time.Minute
 	DefaultSignatureWait = 30 * time.Second
+	// ClusterInfoMaxAge is how long file discovery reuses one read of
+	// cluster-info: in a boot storm one read a second instead of one per
+	// mint, at the cost of a CA bundle or endpoint change reaching
+	// tickets up to that much later.
+	ClusterInfoMaxAge = time.Second
 	// revokeTimeout bounds the clean-up of a mint that failed after its
 	// token Secret was written; it runs on a fresh context because the
 	// mint's own may be the reason it failed.
@@ -79,6 +85,12 @@ type KubeConfig struct {
 type Kube struct {
 	cfg KubeConfig
 	log *slog.Logger
+
+	// info is the last cluster-info read for file discovery; infoMu is
+	// held across a refresh, so concurrent mints share one read.
+	infoMu sync.Mutex
+	info   *corev1.ConfigMap
+	infoAt time.Time
 }
 
 var _ Minter = (*Kube)(nil)
@@ -225,14 +237,7 @@ func (k *Kube) complete(ctx context.Context, created *corev1.Secret, id, secret 
 // bootstrap signer has signed it with this token for token discovery.
 func (k *Kube) clusterInfo(ctx context.Context, id, secret string) (*corev1.ConfigMap, error) {
 	if !k.cfg.TokenDiscovery {
-		// ResourceVersion "0" is served from the API server's watch cache:
-		// a storm of joins costs etcd nothing.
-		cm, err := k.cfg.Client.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx,
-			bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{ResourceVersion: "0"})
-		if err != nil {
-			return nil, fmt.Errorf("read cluster-info: %w", err)
-		}
-		return cm, nil
+		return k.cachedClusterInfo(ctx)
 	}
 	wctx, cancel := context.WithTimeout(ctx, k.cfg.SignatureWait)
 	defer cancel()
@@ -243,6 +248,25 @@ func (k *Kube) clusterInfo(ctx context.Context, id, secret string) (*corev1.Conf
 		}
 		return nil, fmt.Errorf("wait for cluster-info signature: %w", err)
 	}
+	return cm, nil
+}
+
+// cachedClusterInfo returns cluster-info as read at most
+// ClusterInfoMaxAge ago, reading it when older. ResourceVersion "0" is
+// served from the API server's watch cache: a read costs etcd nothing.
+func (k *Kube) cachedClusterInfo(ctx context.Context) (*corev1.ConfigMap, error) {
+	k.infoMu.Lock()
+	defer k.infoMu.Unlock()
+	now := k.cfg.Now()
+	if k.info != nil && now.Sub(k.infoAt) < ClusterInfoMaxAge && !now.Before(k.infoAt) {
+		return k.info, nil
+	}
+	cm, err := k.cfg.Client.CoreV1().ConfigMaps(metav1.NamespacePublic).Get(ctx,
+		bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{ResourceVersion: "0"})
+	if err != nil {
+		return nil, fmt.Errorf("read cluster-info: %w", err)
+	}
+	k.info, k.infoAt = cm, now
 	return cm, nil
 }
 
