@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/pager"
 
+	"github.com/latchkey/latchkey/internal/benchtest"
 	"github.com/latchkey/latchkey/internal/k8stest"
 )
 
@@ -61,7 +61,7 @@ func BenchmarkK8sMintParallel32(b *testing.B) {
 	admin := env.Admin(b)
 	ctx := context.Background()
 	before := readClusterInfo(b, admin)
-	cpu0, self0 := controlPlaneCPU(b, env), selfCPU()
+	cpu0, self0 := env.CPU(b), benchtest.SelfCPU(b)
 	var mu sync.Mutex
 	var ids []string
 	var lat []time.Duration
@@ -87,7 +87,7 @@ func BenchmarkK8sMintParallel32(b *testing.B) {
 	})
 	b.StopTimer()
 	elapsed := time.Since(start)
-	cpu1, self1 := controlPlaneCPU(b, env), selfCPU()
+	cpu1, self1 := env.CPU(b), benchtest.SelfCPU(b)
 	if n := len(done); n >= 2*windowMints {
 		// The rate over the first and the last windowMints mints: the
 		// last is the rate with (nearly) all b.N tokens alive.
@@ -108,23 +108,6 @@ func BenchmarkK8sMintParallel32(b *testing.B) {
 	b.ReportMetric(before.rv, "cluster-info-rv-before")
 	b.ReportMetric(after.rv, "cluster-info-rv-after")
 	revokeAll(b, k, ids)
-}
-
-// controlPlaneCPU is the CPU each control-plane process has used so far.
-func controlPlaneCPU(b *testing.B, env k8sEnv) map[string]time.Duration {
-	b.Helper()
-	cpu, err := env.CPU()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return cpu
-}
-
-// selfCPU is this process's user+system time: the minter and its client.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // windowMints is the window of the first and last rates.
@@ -183,10 +166,7 @@ func reportLatency(b *testing.B, lat []time.Duration) {
 		return
 	}
 	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		i := int(p*float64(len(lat))+0.5) - 1
-		return float64(lat[max(0, min(i, len(lat)-1))].Microseconds()) / 1000
-	}
+	pct := func(q float64) float64 { return float64(benchtest.Quantile(lat, q).Microseconds()) / 1000 }
 	b.ReportMetric(pct(0.5), "p50-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
 }

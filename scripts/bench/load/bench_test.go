@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/attest/snp/snptest"
+	"github.com/latchkey/latchkey/internal/benchtest"
 )
 
 // envBench must be set for BenchmarkSNPLoad to run, so `go test -bench .
@@ -104,7 +105,7 @@ func runLoad(b *testing.B) *result {
 	if *flagSerial > 0 {
 		r.serial = f.closedLoop(ctx, "one-agent", 1, *flagSerial)
 	}
-	gen0 := selfCPU(b)
+	gen0 := benchtest.SelfCPU(b)
 	r.closedCPU = measureCPU(b, v, func() {
 		defer profile(b, v, "")()
 		stop := make(chan struct{})
@@ -113,7 +114,7 @@ func runLoad(b *testing.B) *result {
 		close(stop)
 		r.p384Loaded = <-loaded
 	})
-	r.generatorCPU = selfCPU(b) - gen0 - r.p384Loaded.cpu
+	r.generatorCPU = benchtest.SelfCPU(b) - gen0 - r.p384Loaded.cpu
 	r.runPaced(ctx, b, v, f)
 	r.runStorm(ctx, b, v, f)
 	r.failedAttempts = f.failedAttempts.Load()
@@ -146,13 +147,13 @@ func (r *result) runPaced(ctx context.Context, b *testing.B, v *verifierProc, f 
 func measureCPU(b *testing.B, v *verifierProc, fn func()) cpuWindow {
 	b.Helper()
 	w := cpuWindow{before: v.stats(b)}
-	p0, err := procCPU(v.cmd.Process.Pid)
+	p0, err := benchtest.ProcessCPU(v.cmd.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
 	fn()
 	w.after = v.stats(b)
-	p1, err := procCPU(v.cmd.Process.Pid)
+	p1, err := benchtest.ProcessCPU(v.cmd.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -173,15 +174,6 @@ func profile(b *testing.B, v *verifierProc, suffix string) func() {
 	}
 	v.profile(b, "profile-start "+path)
 	return func() { v.profile(b, "profile-stop") }
-}
-
-// selfCPU is this process's user+system time (the load generator's).
-func selfCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func mustMem(b *testing.B, pid int) (rss, hwm int64) {

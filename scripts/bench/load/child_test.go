@@ -213,33 +213,6 @@ func (p *verifierProc) logTail(n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// procCPU is the process's user+system time from /proc/PID/stat (all
-// threads, in clock ticks of 10 ms): the kernel's view, independent of
-// what the process reports about itself.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
-	}
-	var ticks int64
-	for _, field := range f[11:13] { // utime, stime (fields 14 and 15)
-		n, err := strconv.ParseInt(field, 10, 64)
-		if err != nil {
-			return 0, err
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * (time.Second / clockTicks), nil
-}
-
-// clockTicks is USER_HZ, 100 on every Linux architecture Go supports.
-const clockTicks = 100
-
 // procMemKiB returns VmRSS and VmHWM (peak RSS) from /proc/PID/status.
 func procMemKiB(pid int) (rss, hwm int64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

@@ -21,6 +21,7 @@ import (
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/snp"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
+	"github.com/latchkey/latchkey/internal/benchtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -100,11 +101,7 @@ func (p *phase) rate() float64 { return float64(len(p.lat)) / p.wall.Seconds() }
 
 // pct is the q-quantile of the latencies (nearest rank).
 func (p *phase) pct(q float64) time.Duration {
-	if len(p.lat) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(p.lat))+0.5) - 1
-	return p.lat[min(max(i, 0), len(p.lat)-1)]
+	return benchtest.Quantile(p.lat, q)
 }
 
 // recorder collects per-join latencies from many agents.

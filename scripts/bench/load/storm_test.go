@@ -26,6 +26,7 @@ import (
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/internal/benchtest"
 )
 
 var (
@@ -134,11 +135,6 @@ func (f *fleet) storm(ctx context.Context, st *stormResult, n int, rate float64)
 	st.hintTotal = time.Duration(hintNs.Load())
 }
 
-func pctOf(lat []time.Duration, q float64) time.Duration {
-	p := &phase{lat: lat}
-	return p.pct(q)
-}
-
 func (r *result) printStorm(w io.Writer) {
 	st := r.storm
 	if st == nil {
@@ -153,14 +149,14 @@ func (r *result) printStorm(w io.Writer) {
 		ms(p.pct(0.5)), ms(p.pct(0.99)), ms(p.pct(1)))
 	base := "n/a"
 	if r.serial != nil {
-		base = fmt.Sprintf("%.1f ms (ratio %.2f)", ms(r.serial.pct(0.99)), float64(pctOf(st.admitted, 0.99))/float64(r.serial.pct(0.99)))
+		base = fmt.Sprintf("%.1f ms (ratio %.2f)", ms(r.serial.pct(0.99)), float64(benchtest.Quantile(st.admitted, 0.99))/float64(r.serial.pct(0.99)))
 	}
 	fmt.Fprintf(w, "storm: verifier's validation of the %d accepted joins p50 %.2f ms p99 %.2f ms; closed loop (%d joins) p50 %.2f ms p99 %.2f ms (p99 ratio storm/closed %.2f)\n",
 		st.cpu.after.Validations, st.cpu.after.ValidationP50Ms, st.cpu.after.ValidationP99Ms,
 		r.closedCPU.after.Validations, r.closedCPU.after.ValidationP50Ms, r.closedCPU.after.ValidationP99Ms,
 		st.cpu.after.ValidationP99Ms/r.closedCPU.after.ValidationP99Ms)
 	fmt.Fprintf(w, "storm: admitted attempt alone (dial to ticket) p50 %.1f ms p99 %.1f ms; one-agent p99 %s\n",
-		ms(pctOf(st.admitted, 0.5)), ms(pctOf(st.admitted, 0.99)), base)
+		ms(benchtest.Quantile(st.admitted, 0.5)), ms(benchtest.Quantile(st.admitted, 0.99)), base)
 	mean := time.Duration(0)
 	if st.hints > 0 {
 		mean = st.hintTotal / time.Duration(st.hints)

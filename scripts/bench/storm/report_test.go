@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/benchtest"
 	"github.com/latchkey/latchkey/internal/k8stest"
 )
 
@@ -44,12 +45,8 @@ type tokenSample struct {
 
 // pct is the q-quantile (nearest rank) of d, sorted in place.
 func pct(d []time.Duration, q float64) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
 	slices.Sort(d)
-	i := int(q*float64(len(d))+0.5) - 1
-	return d[min(max(i, 0), len(d)-1)]
+	return benchtest.Quantile(d, q)
 }
 
 // latencies returns, for the joins of kind ("" for all), the ticket

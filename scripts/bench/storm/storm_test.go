@@ -30,6 +30,7 @@ import (
 	"github.com/latchkey/latchkey/attest/snp/snptest"
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/internal/benchtest"
 	"github.com/latchkey/latchkey/internal/k8stest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/binding"
@@ -133,7 +134,7 @@ func runStorm(b *testing.B, env k8stest.Env) *result {
 	admin := env.Admin(b)
 	v := startVerifier(b, dir, cfgPath, addr)
 	r.tokensBefore = liveTokens(b, admin)
-	cp0, v0, self0 := controlPlaneCPU(b, env), v.cpu(b), selfCPU()
+	cp0, v0, self0 := env.CPU(b), v.cpu(b), benchtest.SelfCPU(b)
 
 	ctx, cancel := context.WithTimeout(context.Background(), *flagTimeout)
 	defer cancel()
@@ -161,7 +162,7 @@ func runStorm(b *testing.B, env k8stest.Env) *result {
 	close(gate)
 	wg.Wait()
 	r.wall = time.Since(start)
-	cp1, v1, self1 := controlPlaneCPU(b, env), v.cpu(b), selfCPU()
+	cp1, v1, self1 := env.CPU(b), v.cpu(b), benchtest.SelfCPU(b)
 	r.verifierCPU, r.generatorCPU = v1-v0, self1-self0
 	r.controlPlaneCPU = map[string]time.Duration{}
 	for k := range cp1 {
@@ -352,7 +353,7 @@ func startVerifier(b *testing.B, dir, cfgPath, addr string) *verifierProc {
 }
 
 func (v *verifierProc) cpu(b *testing.B) time.Duration {
-	d, err := k8stest.ProcessCPU(v.cmd.Process.Pid)
+	d, err := benchtest.TreeCPU(v.cmd.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -398,20 +399,6 @@ func liveTokens(b *testing.B, admin kubernetes.Interface) int {
 		b.Fatal(err)
 	}
 	return len(l.Items)
-}
-
-func controlPlaneCPU(b *testing.B, env k8stest.Env) map[string]time.Duration {
-	cpu, err := env.CPU()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return cpu
-}
-
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // recordsNamingTokens counts the storm's node binding Leases that still
