@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,12 +16,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
-	"sigs.k8s.io/yaml"
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/tpm"
-	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -58,29 +54,16 @@ type floodRig struct {
 
 func newFloodRig(t *testing.T, perSource int) *floodRig {
 	t.Helper()
-	sim := tpmtest.Start(t)
-	pcrs := []int{0, 7}
-	ref, err := tpm.Measure(context.Background(), sim.Device, pcrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	policy, _ := yaml.Marshal(map[string]any{"apiVersion": "latchkey/v1", "tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}})
-	os.WriteFile(filepath.Join(dir, "policy.yaml"), policy, 0o600)
+	rig := newTPMRig(t)
+	dir := rig.dir
 	os.WriteFile(filepath.Join(dir, "master"), bytes.Repeat([]byte{3}, 32), 0o600)
 	ca := newReplicaCA(t)
 	certFile, keyFile := ca.issue(t, dir, 0)
-	cfg, _ := yaml.Marshal(map[string]any{"listen": "127.0.0.1:0", "policy": filepath.Join(dir, "policy.yaml"),
+	cfg := writeYAML(t, filepath.Join(dir, "verifier.yaml"), map[string]any{"listen": "127.0.0.1:0", "policy": rig.policy,
 		"masterSecretFile": filepath.Join(dir, "master"), "clusterSalt": "flood", "stateDir": dir,
 		"tlsCert": certFile, "tlsKey": keyFile, "adminSocket": "-",
 		"limits": map[string]any{"maxConnectionsPerSource": perSource}})
-	os.WriteFile(filepath.Join(dir, "verifier.yaml"), cfg, 0o600)
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device, PCRs: pcrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { iss.Close() })
-	return &floodRig{rep: startReplica(t, filepath.Join(dir, "verifier.yaml")), pin: atls.PinOf(ca.cert), iss: iss}
+	return &floodRig{rep: startReplica(t, cfg), pin: atls.PinOf(ca.cert), iss: rig.iss}
 }
 
 // join is a real TPM join; it must succeed.
@@ -88,7 +71,7 @@ func (r *floodRig) join(t *testing.T) {
 	t.Helper()
 	c, err := ticket.New(ticket.Config{Endpoints: []string{r.rep.addr}, Pins: []atls.Pin{r.pin}, Issuer: r.iss,
 		Timeout: 30 * time.Second, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

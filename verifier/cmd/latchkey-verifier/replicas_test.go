@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -19,12 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/atls"
-	"github.com/latchkey/latchkey/attest/tpm"
-	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/pkitest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -109,16 +104,8 @@ func (r *replica) stop() {
 // hands the same disk the same key, and an agent fails over when one
 // replica dies.
 func TestThreeReplicasOnePin(t *testing.T) {
-	sim := tpmtest.Start(t)
-	pcrs := []int{0, 7}
-	ref, err := tpm.Measure(context.Background(), sim.Device, pcrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	policy, _ := yaml.Marshal(map[string]any{"apiVersion": "latchkey/v1",
-		"tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}})
-	os.WriteFile(filepath.Join(dir, "policy.yaml"), policy, 0o600)
+	rig := newTPMRig(t)
+	dir := rig.dir
 	secret := filepath.Join(dir, "master")
 	if code, _, errs := runCLI(t, "secret", "init", secret); code != 0 {
 		t.Fatal(errs)
@@ -129,11 +116,9 @@ func TestThreeReplicasOnePin(t *testing.T) {
 		rdir := filepath.Join(dir, fmt.Sprintf("r%d", n))
 		os.Mkdir(rdir, 0o700)
 		certFile, keyFile := ca.issue(t, rdir, n)
-		cfg, _ := yaml.Marshal(map[string]any{"listen": "127.0.0.1:0", "policy": filepath.Join(dir, "policy.yaml"),
-			"masterSecretFile": secret, "clusterSalt": "replicas", "stateDir": rdir, "tlsCert": certFile,
-			"tlsKey": keyFile, "adminSocket": "-"})
-		os.WriteFile(filepath.Join(rdir, "verifier.yaml"), cfg, 0o600)
-		replicas = append(replicas, startReplica(t, filepath.Join(rdir, "verifier.yaml")))
+		replicas = append(replicas, startReplica(t, writeYAML(t, filepath.Join(rdir, "verifier.yaml"), map[string]any{
+			"listen": "127.0.0.1:0", "policy": rig.policy, "masterSecretFile": secret, "clusterSalt": "replicas",
+			"stateDir": rdir, "tlsCert": certFile, "tlsKey": keyFile, "adminSocket": "-"})))
 	}
 	for _, r := range replicas[1:] {
 		if r.keyID == "" || r.keyID != replicas[0].keyID {
@@ -141,17 +126,13 @@ func TestThreeReplicasOnePin(t *testing.T) {
 		}
 	}
 	pin := atls.PinOf(ca.cert)
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device, PCRs: pcrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer iss.Close()
+	iss := rig.iss
 	get := func(endpoints []string, start int) []byte {
 		t.Helper()
 		c, err := ticket.New(ticket.Config{Endpoints: endpoints, Pins: []atls.Pin{pin}, Issuer: iss,
 			Timeout: 20 * time.Second, AttemptTimeout: 5 * time.Second, InitialBackoff: 10 * time.Millisecond,
 			MaxBackoff: 20 * time.Millisecond, Start: func(int) int { return start },
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +162,7 @@ func TestThreeReplicasOnePin(t *testing.T) {
 	c, err := ticket.New(ticket.Config{Endpoints: []string{replicas[1].addr}, Pins: []atls.Pin{pin}, Issuer: iss,
 		ServerName: "elsewhere.example", Timeout: 5 * time.Second,
 		Sleep:  func(context.Context, time.Duration) error { return context.Canceled },
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

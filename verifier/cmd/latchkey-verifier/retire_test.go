@@ -4,20 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/atls"
-	"github.com/latchkey/latchkey/attest/tpm"
-	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/servingcert"
@@ -31,16 +25,8 @@ import (
 // each has rejoined naming generation 1; retiring the current generation
 // is refused too.
 func TestSecretRetire(t *testing.T) {
-	sim := tpmtest.Start(t)
-	pcrs := []int{0, 7}
-	ref, err := tpm.Measure(context.Background(), sim.Device, pcrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	policy, _ := yaml.Marshal(map[string]any{"apiVersion": "latchkey/v1",
-		"tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}})
-	os.WriteFile(filepath.Join(dir, "policy.yaml"), policy, 0o600)
+	rig := newTPMRig(t)
+	dir := rig.dir
 	s0, s1 := filepath.Join(dir, "master.0"), filepath.Join(dir, "master.1")
 	for _, s := range []string{s0, s1} {
 		if code, _, errs := runCLI(t, "secret", "init", s); code != 0 {
@@ -49,20 +35,12 @@ func TestSecretRetire(t *testing.T) {
 	}
 	state, socket := filepath.Join(dir, "state"), filepath.Join(dir, "admin.sock")
 	config := func(name string, secrets []map[string]any) string {
-		cfg, _ := yaml.Marshal(map[string]any{"listen": "127.0.0.1:0", "policy": filepath.Join(dir, "policy.yaml"),
+		return writeYAML(t, filepath.Join(dir, name), map[string]any{"listen": "127.0.0.1:0", "policy": rig.policy,
 			"masterSecrets": secrets, "clusterSalt": "retire", "stateDir": state, "adminSocket": socket})
-		p := filepath.Join(dir, name)
-		os.WriteFile(p, cfg, 0o600)
-		return p
 	}
 	cfg0 := config("v0.yaml", []map[string]any{{"generation": 0, "file": s0, "current": true}})
 	cfg1 := config("v1.yaml", []map[string]any{{"generation": 0, "file": s0}, {"generation": 1, "file": s1, "current": true}})
 
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device, PCRs: pcrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer iss.Close()
 	const diskA, diskB = "6c1f0d9e-2b3a-4c5d-8e7f-9a0b1c2d3e01", "6c1f0d9e-2b3a-4c5d-8e7f-9a0b1c2d3e02"
 	join := func(r *replica, disk string, rejoin bool, named *uint32) *latchkeyv1.Ticket {
 		t.Helper()
@@ -71,8 +49,8 @@ func TestSecretRetire(t *testing.T) {
 			t.Fatal(err)
 		}
 		pins, _ := servingcert.Pins(cert)
-		c, err := ticket.New(ticket.Config{Endpoints: []string{r.addr}, Pins: []atls.Pin{pins[0]}, Issuer: iss,
-			Timeout: 20 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		c, err := ticket.New(ticket.Config{Endpoints: []string{r.addr}, Pins: []atls.Pin{pins[0]}, Issuer: rig.iss,
+			Timeout: 20 * time.Second, Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
 		}

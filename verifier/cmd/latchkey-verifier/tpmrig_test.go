@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+)
+
+// tpmRig is what the process tests here start from: a software TPM, a
+// fresh directory holding the policy that admits it (its EK CA and its
+// PCRs 0 and 7 as they are now) as policy.yaml, and an issuer quoting
+// those PCRs, closed at cleanup.
+type tpmRig struct {
+	dir    string
+	policy string
+	iss    *tpm.Issuer
+}
+
+func newTPMRig(t *testing.T) *tpmRig {
+	t.Helper()
+	sim := tpmtest.Start(t)
+	pcrs := []int{0, 7}
+	ref, err := tpm.Measure(context.Background(), sim.Device, pcrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &tpmRig{dir: t.TempDir()}
+	r.policy = writeYAML(t, filepath.Join(r.dir, "policy.yaml"), map[string]any{"apiVersion": "latchkey/v1",
+		"tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}})
+	r.iss, err = tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device, PCRs: pcrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.iss.Close() })
+	return r
+}
+
+// writeYAML writes v as YAML to path (mode 0600) and returns path.
+func writeYAML(t *testing.T, path string, v any) string {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// quiet is the logger of the test agents: their retries are not the test's output.
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
