@@ -150,19 +150,33 @@ func (d *Dir) SetToken(_ context.Context, node, identity, tokenID string) error 
 	if err := validate(Node, node, identity, true); err != nil {
 		return err
 	}
-	mu := d.lock(ObjectName(Node, node))
+	return d.update(Node, node, func(r Record) (*Record, error) {
+		if err := Check(r, identity); err != nil {
+			return nil, err
+		}
+		r.TokenID = tokenID
+		return &r, nil
+	})
+}
+
+// update is the read-modify-write of one record under its lock, the one
+// way Dir changes a record it has: change gets the record as stored and
+// returns the record to store in its place, nil to store nothing, or an
+// error, which update returns.
+func (d *Dir) update(kind Kind, name string, change func(Record) (*Record, error)) error {
+	mu := d.lock(ObjectName(kind, name))
 	mu.Lock()
 	defer mu.Unlock()
-	p := d.path(Node, node)
+	p := d.path(kind, name)
 	r, err := d.read(p)
 	if err != nil {
 		return err
 	}
-	if err := Check(r, identity); err != nil {
+	next, err := change(r)
+	if err != nil || next == nil {
 		return err
 	}
-	r.TokenID = tokenID
-	return d.replace(p, r)
+	return d.replace(p, *next)
 }
 
 // Release implements Store.
@@ -170,24 +184,20 @@ func (d *Dir) Release(_ context.Context, kind Kind, name, by string) (Record, er
 	if err := validate(kind, name, "", false); err != nil {
 		return Record{}, err
 	}
-	mu := d.lock(ObjectName(kind, name))
-	mu.Lock()
-	defer mu.Unlock()
-	p := d.path(kind, name)
-	r, err := d.read(p)
+	var was Record
+	err := d.update(kind, name, func(r Record) (*Record, error) {
+		if !r.Bound() {
+			return nil, fmt.Errorf("%w: %s %s was already released", ErrNotFound, kind, name)
+		}
+		was = r
+		return &Record{Kind: kind, Name: name, Created: r.Created, Released: d.now().UTC().Truncate(time.Second), ReleasedBy: by,
+			KeyGeneration: r.KeyGeneration}, nil
+	})
 	if err != nil {
 		return Record{}, err
 	}
-	if !r.Bound() {
-		return Record{}, fmt.Errorf("%w: %s %s was already released", ErrNotFound, kind, name)
-	}
-	tomb := Record{Kind: kind, Name: name, Created: r.Created, Released: d.now().UTC().Truncate(time.Second), ReleasedBy: by,
-		KeyGeneration: r.KeyGeneration}
-	if err := d.replace(p, tomb); err != nil {
-		return Record{}, err
-	}
-	d.log.Warn("binding released", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, r.Identity, logkey.By, by)
-	return r, nil
+	d.log.Warn("binding released", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, was.Identity, logkey.By, by)
+	return was, nil
 }
 
 // List implements Store.

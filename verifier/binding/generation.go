@@ -50,25 +50,19 @@ func (d *Dir) SetKeyGeneration(_ context.Context, disk, identity string, gen uin
 	if err := validate(Disk, disk, identity, true); err != nil {
 		return err
 	}
-	mu := d.lock(ObjectName(Disk, disk))
-	mu.Lock()
-	defer mu.Unlock()
-	p := d.path(Disk, disk)
-	r, err := d.read(p)
-	if err != nil {
-		return err
-	}
-	if !r.Bound() {
-		return fmt.Errorf("%w: disk %s was released", ErrNotFound, disk)
-	}
-	if err := Check(r, identity); err != nil {
-		return err
-	}
-	if r.KeyGeneration != nil && *r.KeyGeneration == gen {
-		return nil
-	}
-	r.KeyGeneration = &gen
-	return d.replace(p, r)
+	return d.update(Disk, disk, func(r Record) (*Record, error) {
+		if !r.Bound() {
+			return nil, fmt.Errorf("%w: disk %s was released", ErrNotFound, disk)
+		}
+		if err := Check(r, identity); err != nil {
+			return nil, err
+		}
+		if r.KeyGeneration != nil && *r.KeyGeneration == gen {
+			return nil, nil
+		}
+		r.KeyGeneration = &gen
+		return &r, nil
+	})
 }
 
 // SetKeyGeneration implements GenerationRecorder, with the optimistic,
