@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"context"
-	"crypto/rand"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
-	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/predict"
 	"github.com/latchkey/latchkey/verifier/predict/predicttest"
 )
@@ -70,13 +68,7 @@ func predictedRig(t testing.TB, sim *tpmtest.Simulator, u *predicttest.UKI) *rig
 	}
 	pol := *snip.TPM
 	pol.EKCARoots = sim.EKCARootsPEM
-	dir := t.TempDir()
-	writeYAML(t, filepath.Join(dir, "policy.yaml"), map[string]any{"apiVersion": "latchkey/v1", "tpm": pol})
-	secret := make([]byte, 32)
-	rand.Read(secret)
-	os.WriteFile(filepath.Join(dir, "master"), secret, 0o600)
-	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
-		ClusterSalt: "test-cluster", StateDir: filepath.Join(dir, "state"), AdminSocket: "-"}
+	_, cfg := verifierFiles(t, map[string]any{"tpm": pol}, randomSecret(), "test-cluster")
 	return startRig(t, sim, cfg)
 }
 

@@ -8,7 +8,6 @@ package app_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"log/slog"
@@ -50,15 +49,9 @@ type idRig struct {
 // the config opens when leases is false.
 func newIDRig(t *testing.T, pol map[string]any, leases, adopt bool) *idRig {
 	t.Helper()
-	dir := t.TempDir()
-	pol["apiVersion"] = "latchkey/v1"
-	writeYAML(t, filepath.Join(dir, "policy.yaml"), pol)
-	master := make([]byte, 32)
-	rand.Read(master)
-	os.WriteFile(filepath.Join(dir, "master"), master, 0o600)
-	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
-		ClusterSalt: "test-cluster", StateDir: filepath.Join(dir, "state"),
-		AdminSocket: filepath.Join(dir, "admin.sock"), Identity: app.Identity{AdoptUnbound: adopt}}
+	master := randomSecret()
+	dir, cfg := verifierFiles(t, pol, master, "test-cluster")
+	cfg.AdminSocket, cfg.Identity = filepath.Join(dir, "admin.sock"), app.Identity{AdoptUnbound: adopt}
 	r := &rig{client: signingClientset(t), logs: &logtest.Buffer{}}
 	if leases {
 		var err error

@@ -8,14 +8,11 @@ package app_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -28,7 +25,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	"k8s.io/cluster-bootstrap/token/jws"
-	"sigs.k8s.io/yaml"
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest"
@@ -71,7 +67,6 @@ type rigOpts struct {
 func newRig(t testing.TB, o rigOpts) *rig {
 	t.Helper()
 	sim := tpmtest.Start(t)
-	dir := t.TempDir()
 	ref, err := tpm.Measure(context.Background(), sim.Device, testPCRs)
 	if err != nil {
 		t.Fatal(err)
@@ -80,24 +75,9 @@ func newRig(t testing.TB, o rigOpts) *rig {
 	if o.ekRoots != nil {
 		pol.EKCARoots = o.ekRoots
 	}
-	writeYAML(t, filepath.Join(dir, "policy.yaml"), map[string]any{"apiVersion": "latchkey/v1", "tpm": pol})
-	secret := make([]byte, 32)
-	rand.Read(secret)
-	os.WriteFile(filepath.Join(dir, "master"), secret, 0o600)
-	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
-		ClusterSalt: "test-cluster", StateDir: filepath.Join(dir, "state"), AdminSocket: "-", MetricsListen: o.metricsListen}
+	_, cfg := verifierFiles(t, map[string]any{"tpm": pol}, randomSecret(), "test-cluster")
+	cfg.MetricsListen = o.metricsListen
 	return startRig(t, sim, cfg)
-}
-
-func writeYAML(t testing.TB, path string, v any) {
-	t.Helper()
-	b, err := yaml.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func startRig(t testing.TB, sim *tpmtest.Simulator, cfg *app.Config) *rig {

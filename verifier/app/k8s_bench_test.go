@@ -7,8 +7,6 @@ package app_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -25,17 +23,13 @@ import (
 func kubeRig(tb testing.TB) *rig {
 	env := k8stest.Load(tb)
 	sim := tpmtest.Start(tb)
-	dir := tb.TempDir()
 	ref, err := tpm.Measure(context.Background(), sim.Device, testPCRs)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	writeYAML(tb, filepath.Join(dir, "policy.yaml"), map[string]any{"apiVersion": "latchkey/v1",
-		"tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}})
-	os.WriteFile(filepath.Join(dir, "master"), make([]byte, 32), 0o600)
-	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
-		ClusterSalt: "k8s-bench", StateDir: filepath.Join(dir, "state"), AdminSocket: "-",
-		Kubernetes: &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]}}
+	_, cfg := verifierFiles(tb, map[string]any{"tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}},
+		make([]byte, 32), "k8s-bench")
+	cfg.Kubernetes = &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]}
 	r := &rig{sim: sim, logs: &logtest.Buffer{}}
 	startAssembled(tb, r, cfg, nil)
 	return r

@@ -7,8 +7,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -74,14 +72,8 @@ func signedFor(csr *certv1.CertificateSigningRequest) string {
 func TestK8sIdentityNodeCertificate(t *testing.T) {
 	env := k8stest.Load(t)
 	sims := tpmtest.StartSiblings(t, 2)
-	dir := t.TempDir()
-	pol := tpmPolicy(t, sims[0])
-	pol["apiVersion"] = "latchkey/v1"
-	writeYAML(t, filepath.Join(dir, "policy.yaml"), pol)
-	os.WriteFile(filepath.Join(dir, "master"), make([]byte, 32), 0o600)
-	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
-		ClusterSalt: "k8s-identity", StateDir: filepath.Join(dir, "state"), AdminSocket: "-",
-		Kubernetes: &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]}}
+	_, cfg := verifierFiles(t, tpmPolicy(t, sims[0]), make([]byte, 32), "k8s-identity")
+	cfg.Kubernetes = &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]}
 	r := &idRig{rig: &rig{logs: &logtest.Buffer{}}, cfg: cfg}
 	startAssembled(t, r.rig, cfg, nil)
 	admin := env.Admin(t)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,6 +23,7 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/k8stest"
 	"github.com/latchkey/latchkey/internal/logtest"
+	"github.com/latchkey/latchkey/internal/yamltest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/binding"
@@ -86,10 +86,8 @@ func TestK8sReattestTaints(t *testing.T) {
 	env := k8stest.Load(t)
 	admin := env.Admin(t)
 	sim := tpmtest.Start(t)
-	dir := t.TempDir()
 	pol := tpmPolicy(t, sim)
-	pol["apiVersion"] = "latchkey/v1"
-	writeYAML(t, filepath.Join(dir, "policy.yaml"), pol)
+	dir, base := verifierFiles(t, pol, make([]byte, 32), "k8s-reattest")
 	// The candidate policy (policyNext) would refuse this node: PCR 14
 	// holds another value there.
 	tp := pol["tpm"].(tpm.Policy)
@@ -98,18 +96,17 @@ func TestK8sReattestTaints(t *testing.T) {
 		nextPCRs[k] = v
 	}
 	nextPCRs[14] = []string{strings.Repeat("ab", 32)}
-	writeYAML(t, filepath.Join(dir, "next.yaml"), map[string]any{"apiVersion": "latchkey/v1",
+	yamltest.Write(t, filepath.Join(dir, "next.yaml"), map[string]any{"apiVersion": "latchkey/v1",
 		"tpm": tpm.Policy{PCRs: nextPCRs, EKCARoots: tp.EKCARoots}})
-	os.WriteFile(filepath.Join(dir, "master"), make([]byte, 32), 0o600)
 	const deadline = 8 * time.Second
 	mk := func(name string) (*app.Config, *rig) {
-		cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), PolicyNext: filepath.Join(dir, "next.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
-			ClusterSalt: "k8s-reattest", StateDir: filepath.Join(dir, "state-"+name), AdminSocket: "-",
-			Kubernetes: &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]},
-			Reattest:   app.Reattest{Deadline: app.Duration{Duration: deadline}, Resync: app.Duration{Duration: 300 * time.Millisecond}}}
+		cfg := *base
+		cfg.PolicyNext, cfg.StateDir = filepath.Join(dir, "next.yaml"), filepath.Join(dir, "state-"+name)
+		cfg.Kubernetes = &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]}
+		cfg.Reattest = app.Reattest{Deadline: app.Duration{Duration: deadline}, Resync: app.Duration{Duration: 300 * time.Millisecond}}
 		r := &rig{logs: &logtest.Buffer{}}
-		startAssembled(t, r, cfg, nil)
-		return cfg, r
+		startAssembled(t, r, &cfg, nil)
+		return &cfg, r
 	}
 	_, a := mk("a")
 	_, b := mk("b")

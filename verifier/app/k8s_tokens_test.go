@@ -4,13 +4,13 @@ package app_test
 
 import (
 	"context"
-	"github.com/latchkey/latchkey/internal/logtest"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/latchkey/latchkey/internal/logtest"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
@@ -42,14 +42,8 @@ func TestK8sTokensListRevoke(t *testing.T) {
 		t.Fatalf("the verifier's credential lists Secrets: %v; want Forbidden", err)
 	}
 	sims := tpmtest.StartSiblings(t, 2)
-	dir := t.TempDir()
-	pol := tpmPolicy(t, sims[0])
-	pol["apiVersion"] = "latchkey/v1"
-	writeYAML(t, filepath.Join(dir, "policy.yaml"), pol)
-	os.WriteFile(filepath.Join(dir, "master"), make([]byte, 32), 0o600)
-	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
-		ClusterSalt: "k8s-tokens", StateDir: filepath.Join(dir, "state"), AdminSocket: filepath.Join(dir, "admin.sock"),
-		Kubernetes: &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]}}
+	dir, cfg := verifierFiles(t, tpmPolicy(t, sims[0]), make([]byte, 32), "k8s-tokens")
+	cfg.AdminSocket, cfg.Kubernetes = filepath.Join(dir, "admin.sock"), &app.Kubernetes{Kubeconfig: env["LATCHKEY_K8S_VERIFIER_KUBECONFIG"]}
 	r := &idRig{rig: &rig{logs: &logtest.Buffer{}}, cfg: cfg}
 	startAssembled(t, r.rig, cfg, nil)
 	suffix := time.Now().Format("150405")

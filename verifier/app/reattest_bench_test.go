@@ -2,17 +2,13 @@ package app_test
 
 import (
 	"context"
-	"crypto/rand"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/logtest"
-	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/binding"
 )
 
@@ -20,18 +16,12 @@ import (
 // clientset, Lease binding store) with one node joined.
 func reattestRig(b *testing.B) (*rig, *tpm.Issuer) {
 	sim := tpmtest.Start(b)
-	dir := b.TempDir()
 	ref, err := tpm.Measure(context.Background(), sim.Device, testPCRs)
 	if err != nil {
 		b.Fatal(err)
 	}
-	writeYAML(b, filepath.Join(dir, "policy.yaml"), map[string]any{"apiVersion": "latchkey/v1",
-		"tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}})
-	master := make([]byte, 32)
-	rand.Read(master)
-	os.WriteFile(filepath.Join(dir, "master"), master, 0o600)
-	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
-		ClusterSalt: "bench", StateDir: filepath.Join(dir, "state"), AdminSocket: "-"}
+	_, cfg := verifierFiles(b, map[string]any{"tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}},
+		randomSecret(), "bench")
 	r := &rig{sim: sim, client: signingClientset(b), logs: &logtest.Buffer{}}
 	r.bindings, err = binding.NewLeases(binding.LeaseConfig{Client: r.client, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

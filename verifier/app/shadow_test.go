@@ -2,8 +2,6 @@ package app_test
 
 import (
 	"context"
-	"crypto/rand"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,7 +9,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
-	"github.com/latchkey/latchkey/verifier/app"
+	"github.com/latchkey/latchkey/internal/yamltest"
 )
 
 // A candidate policy (policyNext) that no longer lists PCR 14's value:
@@ -20,26 +18,20 @@ import (
 // carry the shadow refusal with its reason.
 func TestShadowPolicyReportsWouldBeRefusal(t *testing.T) {
 	sim := tpmtest.Start(t)
-	dir := t.TempDir()
 	ref, err := tpm.Measure(context.Background(), sim.Device, testPCRs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pol := tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}
-	writeYAML(t, filepath.Join(dir, "policy.yaml"), map[string]any{"apiVersion": "latchkey/v1", "tpm": pol})
+	dir, cfg := verifierFiles(t, map[string]any{"tpm": pol}, randomSecret(), "shadow")
 	next := tpm.Policy{PCRs: map[int][]string{}, EKCARoots: sim.EKCARootsPEM}
 	for k, v := range ref.PCRs {
 		next.PCRs[k] = v
 	}
 	next.PCRs[14] = []string{strings.Repeat("ab", 32)}
-	writeYAML(t, filepath.Join(dir, "next.yaml"), map[string]any{"apiVersion": "latchkey/v1", "tpm": next})
-	secret := make([]byte, 32)
-	rand.Read(secret)
-	os.WriteFile(filepath.Join(dir, "master"), secret, 0o600)
+	yamltest.Write(t, filepath.Join(dir, "next.yaml"), map[string]any{"apiVersion": "latchkey/v1", "tpm": next})
 	addr := freeAddr(t)
-	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), PolicyNext: filepath.Join(dir, "next.yaml"),
-		MasterSecretFile: filepath.Join(dir, "master"), ClusterSalt: "shadow", StateDir: filepath.Join(dir, "state"),
-		AdminSocket: "-", MetricsListen: addr}
+	cfg.PolicyNext, cfg.MetricsListen = filepath.Join(dir, "next.yaml"), addr
 	r := startRig(t, sim, cfg)
 	c := r.agent(t, r.issuer(t), time.Minute)
 	tk, err := c.Get(context.Background(), worker())

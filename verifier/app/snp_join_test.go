@@ -3,16 +3,12 @@ package app_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/attest/snp/snptest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
-	"github.com/latchkey/latchkey/verifier/app"
 )
 
 // newSNPRig starts the assembled verifier with an snp-only policy that
@@ -20,17 +16,11 @@ import (
 // lists measurements.
 func newSNPRig(t *testing.T, signer *snptest.Signer, measurements []string) *rig {
 	t.Helper()
-	dir := t.TempDir()
 	pol := signer.Policy()
 	if measurements != nil {
 		pol.Measurements = measurements
 	}
-	writeYAML(t, filepath.Join(dir, "policy.yaml"), map[string]any{"apiVersion": "latchkey/v1", "snp": pol})
-	secret := make([]byte, 32)
-	rand.Read(secret)
-	os.WriteFile(filepath.Join(dir, "master"), secret, 0o600)
-	cfg := &app.Config{Policy: filepath.Join(dir, "policy.yaml"), MasterSecretFile: filepath.Join(dir, "master"),
-		ClusterSalt: "test-cluster", StateDir: filepath.Join(dir, "state"), AdminSocket: "-"}
+	_, cfg := verifierFiles(t, map[string]any{"snp": pol}, randomSecret(), "test-cluster")
 	return startRig(t, nil, cfg)
 }
 

@@ -19,10 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
+	"github.com/latchkey/latchkey/internal/yamltest"
 )
 
 // verifierProc is the verifier process started by the load generator.
@@ -57,13 +56,7 @@ func writeVerifierFiles(tb testing.TB, dir string, s *snptest.Signer) string {
 		},
 	}
 	for name, v := range files {
-		b, err := yaml.Marshal(v)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			tb.Fatal(err)
-		}
+		yamltest.Write(tb, filepath.Join(dir, name), v)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "master-secret"), secret, 0o600); err != nil {
 		tb.Fatal(err)

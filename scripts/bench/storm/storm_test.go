@@ -21,7 +21,6 @@ import (
 	"github.com/google/uuid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest"
@@ -32,6 +31,7 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/benchtest"
 	"github.com/latchkey/latchkey/internal/k8stest"
+	"github.com/latchkey/latchkey/internal/yamltest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/token"
@@ -283,13 +283,7 @@ func writeVerifierFiles(b *testing.B, dir, addr string, env k8stest.Env, pol map
 		},
 	}
 	for name, v := range files {
-		data, err := yaml.Marshal(v)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			b.Fatal(err)
-		}
+		yamltest.Write(b, filepath.Join(dir, name), v)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "master-secret"), secret, 0o600); err != nil {
 		b.Fatal(err)

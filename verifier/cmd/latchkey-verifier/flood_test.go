@@ -20,6 +20,7 @@ import (
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/internal/yamltest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -59,7 +60,7 @@ func newFloodRig(t *testing.T, perSource int) *floodRig {
 	os.WriteFile(filepath.Join(dir, "master"), bytes.Repeat([]byte{3}, 32), 0o600)
 	ca := newReplicaCA(t)
 	certFile, keyFile := ca.issue(t, dir, 0)
-	cfg := writeYAML(t, filepath.Join(dir, "verifier.yaml"), map[string]any{"listen": "127.0.0.1:0", "policy": rig.policy,
+	cfg := yamltest.Write(t, filepath.Join(dir, "verifier.yaml"), map[string]any{"listen": "127.0.0.1:0", "policy": rig.policy,
 		"masterSecretFile": filepath.Join(dir, "master"), "clusterSalt": "flood", "stateDir": dir,
 		"tlsCert": certFile, "tlsKey": keyFile, "adminSocket": "-",
 		"limits": map[string]any{"maxConnectionsPerSource": perSource}})

@@ -21,6 +21,7 @@ import (
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/internal/pkitest"
+	"github.com/latchkey/latchkey/internal/yamltest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -116,7 +117,7 @@ func TestThreeReplicasOnePin(t *testing.T) {
 		rdir := filepath.Join(dir, fmt.Sprintf("r%d", n))
 		os.Mkdir(rdir, 0o700)
 		certFile, keyFile := ca.issue(t, rdir, n)
-		replicas = append(replicas, startReplica(t, writeYAML(t, filepath.Join(rdir, "verifier.yaml"), map[string]any{
+		replicas = append(replicas, startReplica(t, yamltest.Write(t, filepath.Join(rdir, "verifier.yaml"), map[string]any{
 			"listen": "127.0.0.1:0", "policy": rig.policy, "masterSecretFile": secret, "clusterSalt": "replicas",
 			"stateDir": rdir, "tlsCert": certFile, "tlsKey": keyFile, "adminSocket": "-"})))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/internal/yamltest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/servingcert"
@@ -35,7 +36,7 @@ func TestSecretRetire(t *testing.T) {
 	}
 	state, socket := filepath.Join(dir, "state"), filepath.Join(dir, "admin.sock")
 	config := func(name string, secrets []map[string]any) string {
-		return writeYAML(t, filepath.Join(dir, name), map[string]any{"listen": "127.0.0.1:0", "policy": rig.policy,
+		return yamltest.Write(t, filepath.Join(dir, name), map[string]any{"listen": "127.0.0.1:0", "policy": rig.policy,
 			"masterSecrets": secrets, "clusterSalt": "retire", "stateDir": state, "adminSocket": socket})
 	}
 	cfg0 := config("v0.yaml", []map[string]any{{"generation": 0, "file": s0, "current": true}})

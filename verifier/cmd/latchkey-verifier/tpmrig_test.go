@@ -4,14 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"testing"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/internal/yamltest"
 )
 
 // tpmRig is what the process tests here start from: a software TPM, a
@@ -33,7 +31,7 @@ func newTPMRig(t *testing.T) *tpmRig {
 		t.Fatal(err)
 	}
 	r := &tpmRig{dir: t.TempDir()}
-	r.policy = writeYAML(t, filepath.Join(r.dir, "policy.yaml"), map[string]any{"apiVersion": "latchkey/v1",
+	r.policy = yamltest.Write(t, filepath.Join(r.dir, "policy.yaml"), map[string]any{"apiVersion": "latchkey/v1",
 		"tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}})
 	r.iss, err = tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device, PCRs: pcrs})
 	if err != nil {
@@ -41,19 +39,6 @@ func newTPMRig(t *testing.T) *tpmRig {
 	}
 	t.Cleanup(func() { r.iss.Close() })
 	return r
-}
-
-// writeYAML writes v as YAML to path (mode 0600) and returns path.
-func writeYAML(t *testing.T, path string, v any) string {
-	t.Helper()
-	b, err := yaml.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // quiet is the logger of the test agents: their retries are not the test's output.
