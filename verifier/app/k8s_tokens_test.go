@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/internal/logtest"
-
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/k8stest"
+	"github.com/latchkey/latchkey/internal/logtest"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
 	"github.com/latchkey/latchkey/verifier/app"
 )
