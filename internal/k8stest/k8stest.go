@@ -6,7 +6,8 @@
 //
 // Test-only: the shipped binaries must not link it (scripts/test.sh
 // checks), and it imports nothing of the product's (only the test-only
-// internal/pkitest, for the CSR a kubelet makes).
+// internal/pkitest, for the CSR a kubelet makes, and internal/benchtest,
+// for the control plane's CPU time).
 package k8stest
 
 import (
