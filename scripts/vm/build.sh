@@ -15,8 +15,11 @@ VM_SUITE=${LATCHKEY_VM_SUITE:-bookworm}
 VM_MIRROR=${LATCHKEY_VM_MIRROR:-http://deb.debian.org/debian}
 VM_KERNEL_META=linux-image-cloud-amd64
 # The guest's Debian packages. cryptsetup-bin for luksFormat/open, kmod so
-# the kernel can load dm-crypt on demand, iproute2 for debugging the link.
-VM_ROOTFS_PACKAGES=systemd,systemd-sysv,udev,cryptsetup-bin,e2fsprogs,kmod,iproute2,libtss2-esys-3.0.2-0,libtss2-mu0,libtss2-rc0
+# the kernel can load dm-crypt on demand, iproute2 for debugging the link;
+# runc and containernetworking-plugins (bridge, host-local, loopback in
+# /usr/lib/cni) for the real kubelet's containerd (phase 2, kubeadm mode;
+# one root file system serves every guest, so one debootstrap).
+VM_ROOTFS_PACKAGES=systemd,systemd-sysv,udev,cryptsetup-bin,e2fsprogs,kmod,iproute2,libtss2-esys-3.0.2-0,libtss2-mu0,libtss2-rc0,runc,containernetworking-plugins
 # The initrd's modules: just enough to see the virtio disks and to map the
 # dm-verity root; their dependencies come from modprobe --show-depends, in
 # load order.
