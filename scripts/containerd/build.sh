@@ -2,7 +2,8 @@
 # Builds containerd and containerd-shim-runc-v2 from the containerd 2 Go
 # module this nested module pins, into
 #   ${LATCHKEY_CACHE_DIR:-<repo>/.cache}/containerd/<version>/
-# and does nothing when both binaries are already there. The measured QEMU
+# with containerd's own systemd unit (containerd.service from the module),
+# and does nothing when all three are already there. The measured QEMU
 # guest runs them under the real kubelet (scripts/vm/build.sh): kubelet 1.36
 # and later needs containerd 2, and Debian bookworm ships 1.6.
 #
@@ -30,6 +31,7 @@ have_all() {
 	for c in "${cmds[@]}"; do
 		[[ -x "$out/$c" ]] || return 1
 	done
+	[[ -f "$out/containerd.service" ]]
 }
 
 if have_all; then
@@ -57,4 +59,7 @@ for c in "${cmds[@]}"; do
 	mv "$tmp/$c" "$out/$c"
 	echo "build.sh: built $c in $((SECONDS - start))s" >&2
 done
+moddir="$(go list -m -f '{{.Dir}}' "$pkg")"
+install -m 0644 "$moddir/containerd.service" "$tmp/containerd.service"
+mv "$tmp/containerd.service" "$out/containerd.service"
 echo "$out"
