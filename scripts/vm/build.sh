@@ -26,9 +26,10 @@ VM_ROOTFS_PACKAGES=systemd,systemd-sysv,udev,cryptsetup-bin,e2fsprogs,kmod,iprou
 VM_INITRD_MODULES=(virtio_pci virtio_blk dm-verity)
 # Host tools the builder and the boot harness need, by Debian package:
 # QEMU and OVMF (UEFI firmware), swtpm, and image/build-measured.sh's
-# tools (systemd-stub, objcopy, FAT and GPT tools, veritysetup, xxd).
+# tools (systemd-stub, objcopy, FAT and GPT tools, veritysetup, xxd); curl
+# reads the e2e verifier's metrics.
 VM_HOST_PACKAGES=(qemu-system-x86 ovmf swtpm swtpm-tools gnutls-bin debootstrap socat cpio e2fsprogs kmod
-  systemd-boot-efi binutils dosfstools mtools gdisk cryptsetup-bin xxd python3)
+  systemd-boot-efi binutils dosfstools mtools gdisk cryptsetup-bin xxd python3 curl)
 VM_ROOT_SIZE=${LATCHKEY_VM_ROOT_SIZE:-1536M}
 
 log() { printf '%s e2e-vm: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }

@@ -9,8 +9,8 @@
 //	k8scheck -kubeconfig F node-absent  -node N
 //	k8scheck -kubeconfig F node-delete  -node N
 //	k8scheck -kubeconfig F client-cert  -node N -cert PEM
-//	k8scheck -kubeconfig F csr-approved -node N [-timeout D]
-//	k8scheck -kubeconfig F csr-denied   -node N [-timeout D]
+//	k8scheck -kubeconfig F csr-approved -node N [-since T] [-cert PEM] [-timeout D]
+//	k8scheck -kubeconfig F csr-denied   -node N [-since T] [-timeout D]
 //	k8scheck -kubeconfig F token-gone   -id ID [-timeout D]
 //
 // It is a test tool: it is built and run by the harness only and is no
@@ -18,6 +18,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/pem"
@@ -68,7 +69,7 @@ func run(args []string) int {
 	fs.StringVar(&o.node, "node", "", "node name")
 	fs.StringVar(&o.cert, "cert", "", "PEM file with the kubelet's client certificate")
 	fs.StringVar(&o.id, "id", "", "bootstrap token ID")
-	fs.StringVar(&since, "since", "", "RFC 3339 time the Ready heartbeat must not be older than")
+	fs.StringVar(&since, "since", "", "RFC 3339 time the Ready heartbeat (or a CSR) must not be older than")
 	fs.DurationVar(&o.timeout, "timeout", 0, "how long to wait for the state (0: look once)")
 	if err := fs.Parse(top.Args()[1:]); err != nil {
 		return 2
@@ -237,15 +238,16 @@ func wantNodeSubject(cert *x509.Certificate, node string) error {
 	return nil
 }
 
-// kubeletCSRs are the kubelet client CSRs whose request names node.
-func kubeletCSRs(ctx context.Context, c kubernetes.Interface, node string) ([]certv1.CertificateSigningRequest, error) {
+// kubeletCSRs are the kubelet client CSRs whose request names node,
+// made at since or later.
+func kubeletCSRs(ctx context.Context, c kubernetes.Interface, node string, since time.Time) ([]certv1.CertificateSigningRequest, error) {
 	l, err := c.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
 	var out []certv1.CertificateSigningRequest
 	for _, r := range l.Items {
-		if r.Spec.SignerName != certv1.KubeAPIServerClientKubeletSignerName {
+		if r.Spec.SignerName != certv1.KubeAPIServerClientKubeletSignerName || r.CreationTimestamp.Time.Before(since) {
 			continue
 		}
 		blk, _ := pem.Decode(r.Spec.Request)
@@ -269,12 +271,25 @@ func condition(r certv1.CertificateSigningRequest, t certv1.RequestConditionType
 	return nil
 }
 
-// csrApproved: a bootstrap-token CSR for system:node:<node> was approved
-// by latchkey's approver (reason csr.ReasonApproved) and signed, and the
-// issued certificate names the node. No CSR for the node was denied.
+// csrApproved: a bootstrap-token CSR for system:node:<node> (made since
+// -since) was approved by latchkey's approver (reason csr.ReasonApproved)
+// and signed, and the issued certificate names the node and, with -cert,
+// is the very certificate the kubelet holds. No such CSR was denied.
 func csrApproved(ctx context.Context, c kubernetes.Interface, _ *rest.Config, o opts) (string, error) {
+	var held []byte
+	if o.cert != "" {
+		b, err := os.ReadFile(o.cert)
+		if err != nil {
+			return "", err
+		}
+		blk, _ := pem.Decode(b)
+		if blk == nil {
+			return "", fmt.Errorf("%s holds no PEM certificate", o.cert)
+		}
+		held = blk.Bytes
+	}
 	return wait(ctx, o.timeout, func() (string, bool, error) {
-		rs, err := kubeletCSRs(ctx, c, o.node)
+		rs, err := kubeletCSRs(ctx, c, o.node, o.since)
 		if err != nil {
 			return err.Error(), false, nil
 		}
@@ -305,6 +320,9 @@ func csrApproved(ctx context.Context, c kubernetes.Interface, _ *rest.Config, o 
 			if err := wantNodeSubject(cert, o.node); err != nil {
 				return "", false, fmt.Errorf("csr %s: %w", r.Name, err)
 			}
+			if held != nil && !bytes.Equal(held, cert.Raw) {
+				return "", false, fmt.Errorf("csr %s issued serial %s, but the kubelet holds another certificate", r.Name, cert.SerialNumber)
+			}
 			return fmt.Sprintf("csr %s by %s approved (%s: %s), issued CN=%s O=%s", r.Name, r.Spec.Username,
 				a.Reason, a.Message, cert.Subject.CommonName, strings.Join(cert.Subject.Organization, ",")), true, nil
 		}
@@ -319,7 +337,7 @@ func csrApproved(ctx context.Context, c kubernetes.Interface, _ *rest.Config, o 
 func csrDenied(ctx context.Context, c kubernetes.Interface, _ *rest.Config, o opts) (string, error) {
 	const why = "but the token was minted for another attested node"
 	return wait(ctx, o.timeout, func() (string, bool, error) {
-		rs, err := kubeletCSRs(ctx, c, o.node)
+		rs, err := kubeletCSRs(ctx, c, o.node, o.since)
 		if err != nil {
 			return err.Error(), false, nil
 		}
