@@ -54,7 +54,16 @@ type Reaper struct {
 
 	mu      sync.Mutex
 	pending map[string]issued // node name -> the token that got its certificate
+	// reaped are the tokens already deleted (ID -> approval time), so an
+	// informer resync that shows their CSR again deletes and counts
+	// nothing twice; entries go after reapedKeep (the controller-manager
+	// removes issued CSRs after an hour).
+	reaped    map[string]time.Time
+	lastPrune time.Time
 }
+
+// reapedKeep is how long a deleted token is remembered.
+const reapedKeep = 2 * time.Hour
 
 type issued struct {
 	tokenID string
@@ -67,7 +76,8 @@ func NewReaper(cfg ReaperConfig) (*Reaper, error) {
 		return nil, errors.New("token reaper: no Kubernetes client or revoker")
 	}
 	cfg.Resync = resync(cfg.Resync)
-	return &Reaper{cfg: cfg, log: componentLog(cfg.Logger, "token-reaper"), pending: map[string]issued{}}, nil
+	return &Reaper{cfg: cfg, log: componentLog(cfg.Logger, "token-reaper"), pending: map[string]issued{},
+		reaped: map[string]time.Time{}}, nil
 }
 
 // Run watches CSRs and Nodes until ctx ends.
@@ -119,6 +129,9 @@ func (r *Reaper) ObserveCSR(csr *certv1.CertificateSigningRequest) {
 	at := approvedAt(csr)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, done := r.reaped[id]; done {
+		return
+	}
 	if cur, seen := r.pending[node]; !seen || cur.at.Before(at) {
 		r.pending[node] = issued{tokenID: id, at: at}
 	}
@@ -142,6 +155,8 @@ func (r *Reaper) ObserveNode(ctx context.Context, n *corev1.Node) {
 	if r.pending[n.Name] == p {
 		delete(r.pending, n.Name)
 	}
+	r.reaped[p.tokenID] = p.at
+	r.pruneReaped(time.Now())
 	r.mu.Unlock()
 	if r.cfg.OnReaped != nil {
 		r.cfg.OnReaped()
@@ -174,4 +189,18 @@ func usedCredentialsSince(n *corev1.Node, t time.Time) bool {
 		}
 	}
 	return false
+}
+
+// pruneReaped forgets deleted tokens approved more than reapedKeep ago,
+// at most every reapedKeep/4; r.mu is held.
+func (r *Reaper) pruneReaped(now time.Time) {
+	if now.Sub(r.lastPrune) < reapedKeep/4 {
+		return
+	}
+	r.lastPrune = now
+	for id, at := range r.reaped {
+		if now.Sub(at) > reapedKeep {
+			delete(r.reaped, id)
+		}
+	}
 }
