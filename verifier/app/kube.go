@@ -96,6 +96,9 @@ func kubeClient(path string) (kubernetes.Interface, error) {
 	return c, nil
 }
 
+// The reaper counts a used token only when it was still there to delete.
+var _ csr.PresentRevoker = (*token.Kube)(nil)
+
 // runReaper deletes each node's bootstrap token once the node has used
 // it (certificate issued, Node registered); tokens it misses expire at
 // their TTL.

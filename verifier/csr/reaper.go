@@ -24,6 +24,14 @@ type Revoker interface {
 	Revoke(ctx context.Context, id string) error
 }
 
+// PresentRevoker is a Revoker that also tells whether the token was still
+// there (token.Kube is one). With it, a token another verifier process
+// already reaped (this one restarted and saw the CSR again) is neither
+// counted nor logged as deleted again.
+type PresentRevoker interface {
+	RevokePresent(ctx context.Context, id string) (bool, error)
+}
+
 // ReaperConfig configures the Reaper.
 type ReaperConfig struct {
 	Client  kubernetes.Interface
@@ -146,7 +154,8 @@ func (r *Reaper) ObserveNode(ctx context.Context, n *corev1.Node) {
 	if !ok || !usedCredentialsSince(n, p.at) {
 		return
 	}
-	if err := r.cfg.Revoker.Revoke(ctx, p.tokenID); err != nil {
+	present, err := r.revoke(ctx, p.tokenID)
+	if err != nil {
 		r.log.Warn("could not delete a used bootstrap token; it expires at its TTL", "node", n.Name,
 			"token_id", p.tokenID, "error", err.Error())
 		return
@@ -158,6 +167,9 @@ func (r *Reaper) ObserveNode(ctx context.Context, n *corev1.Node) {
 	r.reaped[p.tokenID] = p.at
 	r.pruneReaped(time.Now())
 	r.mu.Unlock()
+	if !present {
+		return
+	}
 	if r.cfg.OnReaped != nil {
 		r.cfg.OnReaped()
 	}
@@ -203,4 +215,13 @@ func (r *Reaper) pruneReaped(now time.Time) {
 			delete(r.reaped, id)
 		}
 	}
+}
+
+// revoke deletes the token and tells whether it was still there (always
+// true for a Revoker that cannot tell).
+func (r *Reaper) revoke(ctx context.Context, id string) (bool, error) {
+	if pr, ok := r.cfg.Revoker.(PresentRevoker); ok {
+		return pr.RevokePresent(ctx, id)
+	}
+	return true, r.cfg.Revoker.Revoke(ctx, id)
 }

@@ -109,6 +109,42 @@ func TestReaperForgetsNothingOnResync(t *testing.T) {
 	}
 }
 
+// presentRevoker knows which tokens exist, as the API server does.
+type presentRevoker struct {
+	recordingRevoker
+	live map[string]bool
+}
+
+func (p *presentRevoker) RevokePresent(ctx context.Context, id string) (bool, error) {
+	_ = p.Revoke(ctx, id)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	was := p.live[id]
+	delete(p.live, id)
+	return was, nil
+}
+
+// TestRestartedReaperCountsNothingTwice: a restarted verifier (a new
+// reaper, empty memory) sees the old CSR and the Node again; the token is
+// already gone, so it is not counted again.
+func TestRestartedReaperCountsNothingTwice(t *testing.T) {
+	rv := &presentRevoker{live: map[string]bool{"abcdef": true}}
+	at := time.Now()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", CreationTimestamp: metav1.NewTime(at.Add(time.Second))}}
+	total := 0
+	for range 2 { // the first process, then the restarted one
+		r, err := NewReaper(ReaperConfig{Client: fake.NewClientset(), Revoker: rv, OnReaped: func() { total++ }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.ObserveCSR(issuedCSR(t, "node-1", "abcdef", at))
+		r.ObserveNode(context.Background(), n)
+	}
+	if total != 1 {
+		t.Fatalf("counted %d deletions of one token", total)
+	}
+}
+
 func TestReaperIgnoresWhatIsNotAUsedLatchkeyToken(t *testing.T) {
 	r, rv, _ := newTestReaper(t)
 	now := time.Now()
