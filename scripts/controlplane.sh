@@ -104,6 +104,15 @@ networking:
 etcd:
   local:
     dataDir: $dir/etcd
+---
+# The kubelet-config ConfigMap a joining node's kubelet runs with: its
+# client CA where kubeadm join puts it on the node (the default
+# certificatesDir), not this host's private pki directory.
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
 EOF
 }
 

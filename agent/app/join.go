@@ -28,7 +28,7 @@ func newJoiner(cfg *config.Config, deps Deps) (boot.Joiner, error) {
 	}
 	j, err := join.New(join.Config{Runner: execx.New(execx.Config{Logger: deps.Logger}), Logger: deps.Logger,
 		Kubeadm: cfg.Join.Kubeadm, DiscoveryTimeout: cfg.Join.DiscoveryTimeout.Duration, DryRun: cfg.Join.KubeadmDryRun,
-		IgnorePreflightErrors: cfg.Join.IgnorePreflightErrors})
+		IgnorePreflightErrors: cfg.Join.IgnorePreflightErrors, CRISocket: cfg.Join.CRISocket, CRIWait: cfg.Join.CRIWait.Duration})
 	if err != nil {
 		return nil, err
 	}

@@ -168,6 +168,15 @@ type Join struct {
 	Kubeadm string `json:"kubeadm,omitempty"`
 	// DiscoveryTimeout for kubeadm's discovery (default 5m).
 	DiscoveryTimeout Duration `json:"discoveryTimeout,omitempty"`
+	// CRISocket is the container runtime's endpoint (unix:///path), given
+	// to kubeadm as nodeRegistration.criSocket; kubeadm detects it when
+	// empty. With it the agent waits for the runtime to listen before it
+	// runs kubeadm: the runtime starts only after the agent is ready
+	// (containerd.service.d/50-latchkey.conf), so without the wait kubeadm's
+	// preflight would race it.
+	CRISocket string `json:"criSocket,omitempty"`
+	// CRIWait bounds that wait (default 2m).
+	CRIWait Duration `json:"criWait,omitempty"`
 }
 
 // Reattest configures the agent's re-attestation after the boot: the

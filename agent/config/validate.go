@@ -46,6 +46,9 @@ func (c *Config) validateLocal() error {
 	if c.Disk.WaitTimeout.Duration < 0 {
 		return fmt.Errorf("disk.waitTimeout %s is negative", c.Disk.WaitTimeout.Duration)
 	}
+	if err := c.Join.validateCRI(); err != nil {
+		return err
+	}
 	if c.StatusFile != "-" && !filepath.IsAbs(c.StatusFile) {
 		return fmt.Errorf("statusFile %q is not an absolute path (or \"-\" to keep no last result)", c.StatusFile)
 	}
@@ -98,6 +101,22 @@ func (c *Config) validateDiskUUID() error {
 		return errors.New("disk mode key-only needs the disk's UUID (disk.uuid:, --disk-uuid)")
 	case c.Disk.UUID != "" && !protocol.ValidDiskUUID(c.Disk.UUID):
 		return fmt.Errorf("disk uuid %q is not a canonical lower-case UUID (like 3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b)", c.Disk.UUID)
+	}
+	return nil
+}
+
+// validateCRI accepts an empty join.criSocket (kubeadm detects the
+// runtime) or unix:///absolute/path, and a non-negative join.criWait.
+func (j *Join) validateCRI() error {
+	if j.CRIWait.Duration < 0 {
+		return fmt.Errorf("join.criWait %s is negative", j.CRIWait.Duration)
+	}
+	if j.CRISocket == "" {
+		return nil
+	}
+	p, ok := strings.CutPrefix(j.CRISocket, "unix://")
+	if !ok || !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return fmt.Errorf("join.criSocket %q: want unix:///absolute/path (e.g. unix:///run/containerd/containerd.sock)", j.CRISocket)
 	}
 	return nil
 }

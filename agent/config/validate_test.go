@@ -47,6 +47,10 @@ func TestLocalMistakesRefusedWithTheFix(t *testing.T) {
 		{"upper-case uuid", func(c *Config) {
 			c.Disk.Mode, c.Disk.UUID = "key-only", "3F2A9C1E-5B7D-4E8F-9A0B-1C2D3E4F5A6B"
 		}, "is not a canonical lower-case UUID"},
+		{"cri socket without scheme", func(c *Config) { c.Join.CRISocket = "/run/containerd/containerd.sock" },
+			`join.criSocket "/run/containerd/containerd.sock": want unix:///absolute/path`},
+		{"cri socket relative", func(c *Config) { c.Join.CRISocket = "unix://run/containerd.sock" }, "want unix:///absolute/path"},
+		{"negative cri wait", func(c *Config) { c.Join.CRIWait.Duration = -time.Second }, "join.criWait -1s is negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base()

@@ -54,6 +54,10 @@ type Config struct {
 	// CRISocket is the container runtime endpoint; kubeadm detects it when
 	// empty.
 	CRISocket string
+	// CRIWait bounds how long a real join waits for CRISocket (a unix://
+	// endpoint) to accept connections before kubeadm runs; DefaultCRIWait
+	// when zero. No wait without CRISocket or in dry-run mode.
+	CRIWait time.Duration
 	// IgnorePreflightErrors are passed to kubeadm as they are.
 	IgnorePreflightErrors []string
 	// AdvertiseAddress and BindPort are this node's API server endpoint
@@ -106,11 +110,14 @@ func New(cfg Config) (*Joiner, error) {
 	if cfg.Runner == nil {
 		return nil, errors.New("join: no command runner")
 	}
-	if cfg.DiscoveryTimeout < 0 || cfg.TLSBootstrapTimeout < 0 {
+	if cfg.DiscoveryTimeout < 0 || cfg.TLSBootstrapTimeout < 0 || cfg.CRIWait < 0 {
 		return nil, errors.New("join: negative timeout")
 	}
 	if cfg.Kubeadm == "" {
 		cfg.Kubeadm = DefaultKubeadm
+	}
+	if cfg.CRIWait == 0 {
+		cfg.CRIWait = DefaultCRIWait
 	}
 	if cfg.Dir == "" {
 		cfg.Dir = DefaultDir
@@ -155,6 +162,9 @@ func (j *Joiner) Join(ctx context.Context, t Ticket) error {
 		return err
 	}
 	defer cleanup()
+	if err := j.waitCRI(ctx); err != nil {
+		return err
+	}
 	j.log.Info("running kubeadm join", logkey.Node, t.NodeName, logkey.Endpoint, t.Endpoints[0],
 		logkey.ControlPlane, t.ControlPlane, logkey.DryRun, j.cfg.DryRun)
 	err = j.kubeadm(ctx, j.joinArgs(path, t.ControlPlane), env...)

@@ -175,7 +175,8 @@ func TestJoinWritesAndRemovesConfig(t *testing.T) {
 
 func TestJoinFailureResets(t *testing.T) {
 	f := &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join", ExitCode: 1, Stderr: "error execution phase preflight"}}}
-	j := newJoiner(t, f, func(c *Config) { c.CRISocket = "unix:///run/crio.sock" })
+	sock := listenUnix(t)
+	j := newJoiner(t, f, func(c *Config) { c.CRISocket = "unix://" + sock })
 	tk := workerTicket()
 	tk.ControlPlane, tk.CertificateKey = true, key
 	err := j.Join(context.Background(), tk)
@@ -184,7 +185,7 @@ func TestJoinFailureResets(t *testing.T) {
 	}
 	calls := f.Calls()
 	if len(calls) != 2 || !strings.HasSuffix(calls[0].Cmd.String(), " --control-plane") ||
-		calls[1].Cmd.String() != "kubeadm reset -f --cri-socket unix:///run/crio.sock" {
+		calls[1].Cmd.String() != "kubeadm reset -f --cri-socket unix://"+sock {
 		t.Fatalf("calls %v", calls)
 	}
 }

@@ -121,6 +121,10 @@ const (
 	Address = "address"
 	// Socket is the path of a unix socket.
 	Socket = "socket"
+	// Waited is how long the program waited for something it needed.
+	Waited = "waited"
+	// Timeout is how long the program will wait at most.
+	Timeout = "timeout"
 	// Path is a file or directory path.
 	Path = "path"
 	// File is the name of a cached or stored collateral file (a VCEK).
@@ -169,6 +173,8 @@ const (
 	ControlPlane = "control_plane"
 	// DryRun is whether kubeadm runs with --dry-run.
 	DryRun = "dry_run"
+	// Present is whether the object a delete named was still there.
+	Present = "present"
 	// DiskOnly is whether the verifier runs without Kubernetes (no tokens).
 	DiskOnly = "disk_only"
 	// Command is the program a command ran.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager and kubeadm from
+# Builds kube-apiserver, kube-controller-manager, kubeadm and kubelet from
 # k8s.io/kubernetes (the version this nested module pins) into
 #   ${LATCHKEY_CACHE_DIR:-<repo>/.cache}/k8s/<version>/
-# and does nothing when all three binaries are already there. The local test
+# and does nothing when all four binaries are already there. The local test
 # control plane (scripts/controlplane.sh) and the Kubernetes integration tests
 # use them. A full build takes about 20 minutes on a 2-core machine.
 #
@@ -19,7 +19,7 @@ if [[ -z "$version" ]]; then
 fi
 [[ -n "$version" ]] || die "cannot read the k8s.io/kubernetes version from $here/go.mod"
 out="${LATCHKEY_CACHE_DIR:-$repo/.cache}/k8s/$version"
-cmds=(kube-apiserver kube-controller-manager kubeadm)
+cmds=(kube-apiserver kube-controller-manager kubeadm kubelet)
 
 have_all() {
 	local c

@@ -15,17 +15,21 @@ VM_SUITE=${LATCHKEY_VM_SUITE:-bookworm}
 VM_MIRROR=${LATCHKEY_VM_MIRROR:-http://deb.debian.org/debian}
 VM_KERNEL_META=linux-image-cloud-amd64
 # The guest's Debian packages. cryptsetup-bin for luksFormat/open, kmod so
-# the kernel can load dm-crypt on demand, iproute2 for debugging the link.
-VM_ROOTFS_PACKAGES=systemd,systemd-sysv,udev,cryptsetup-bin,e2fsprogs,kmod,iproute2,libtss2-esys-3.0.2-0,libtss2-mu0,libtss2-rc0
+# the kernel can load dm-crypt on demand, iproute2 for debugging the link;
+# runc and containernetworking-plugins (bridge, host-local, loopback in
+# /usr/lib/cni) for the real kubelet's containerd (phase 2, kubeadm mode;
+# one root file system serves every guest, so one debootstrap).
+VM_ROOTFS_PACKAGES=systemd,systemd-sysv,udev,cryptsetup-bin,e2fsprogs,kmod,iproute2,libtss2-esys-3.0.2-0,libtss2-mu0,libtss2-rc0,runc,containernetworking-plugins
 # The initrd's modules: just enough to see the virtio disks and to map the
 # dm-verity root; their dependencies come from modprobe --show-depends, in
 # load order.
 VM_INITRD_MODULES=(virtio_pci virtio_blk dm-verity)
 # Host tools the builder and the boot harness need, by Debian package:
 # QEMU and OVMF (UEFI firmware), swtpm, and image/build-measured.sh's
-# tools (systemd-stub, objcopy, FAT and GPT tools, veritysetup, xxd).
+# tools (systemd-stub, objcopy, FAT and GPT tools, veritysetup, xxd); curl
+# reads the e2e verifier's metrics.
 VM_HOST_PACKAGES=(qemu-system-x86 ovmf swtpm swtpm-tools gnutls-bin debootstrap socat cpio e2fsprogs kmod
-  systemd-boot-efi binutils dosfstools mtools gdisk cryptsetup-bin xxd python3)
+  systemd-boot-efi binutils dosfstools mtools gdisk cryptsetup-bin xxd python3 curl)
 VM_ROOT_SIZE=${LATCHKEY_VM_ROOT_SIZE:-1536M}
 
 log() { printf '%s e2e-vm: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }

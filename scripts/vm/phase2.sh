@@ -19,11 +19,33 @@
 #            in disk-only mode. Needs nothing but this repository.
 #   kubeadm  scripts/controlplane.sh's real control plane (its binaries come
 #            from scripts/k8s/build.sh: about 20 minutes when not cached);
-#            the verifier mints real tokens there, and the guest's agent
-#            runs the real kubeadm `join --dry-run` (discovery: token, JWS,
-#            CA pin) through guest/kubeadm's wrapper, which then leaves a
-#            kubelet.conf so the reboot must skip the join.
+#            the verifier mints real tokens there and approves kubelet CSRs,
+#            and the guest's agent runs the real `kubeadm join`: the real
+#            kubelet (scripts/k8s/build.sh) on containerd 2
+#            (scripts/containerd/build.sh) with Debian's runc and CNI
+#            plugins does its TLS bootstrap, and the harness checks from
+#            the host (scripts/vm/k8scheck, admin credential) that the Node
+#            is Ready, its certificate names it, its token is gone, a
+#            reboot reuses the credentials, and a hostile kubelet is denied.
+#   kubeadm-dry-run  the same control plane, but `kubeadm join --dry-run`
+#            (discovery only) through guest/kubeadm's wrapper, which then
+#            leaves a stand-in kubelet.conf; no kubelet, no containerd.
 P2_JOIN=${LATCHKEY_E2E_JOIN:-disabled}
+# p2_k8s: a control plane runs (kubeadm or kubeadm-dry-run).
+p2_k8s() { [[ $P2_JOIN == kubeadm || $P2_JOIN == kubeadm-dry-run ]]; }
+# The CRI socket of the guest's containerd (agent: join.criSocket).
+P2_CRI_SOCKET=unix:///run/containerd/containerd.sock
+# kubeadm join preflight checks that cannot pass in this guest:
+# SystemVerification reads the kernel's build configuration, which the
+# guest does not carry (the kernel is unpacked from its package without
+# /boot/config-*).
+P2_IGNORE_PREFLIGHT=(SystemVerification)
+# The guest-side names of the hostile step: n3 attests as P2_EVIL_NODE and
+# its kubelet asks for P2_VICTIM_NODE's certificate.
+P2_EVIL_NODE=latchkey-e2e-evil
+P2_VICTIM_NODE=latchkey-e2e-victim
+# The port the guest polls (latchkey.e2e.hold) until the harness has made
+# its live assertions; it serves the content of $RUN_DIR/hold.
 P2_NETNS=latchkey-e2e-vm # the control plane's network namespace (kubeadm mode)
 # The agent's ticket timeout in the guest: long enough for the verifier
 # outage step, short enough that a refused boot ends within minutes.
@@ -69,8 +91,10 @@ write_agent_config() {
     echo "  device: /dev/disk/by-id/virtio-latchkey-state"
     case $P2_JOIN in
       disabled) printf 'join:\n  disabled: true\n' ;;
-      kubeadm) printf 'join:\n  kubeadm: /usr/local/sbin/latchkey-e2e-kubeadm\n  kubeadmDryRun: true\n  ignorePreflightErrors: [all]\n  discoveryTimeout: 2m\n' ;;
-      *) die "LATCHKEY_E2E_JOIN=$P2_JOIN: want disabled or kubeadm" ;;
+      kubeadm-dry-run) printf 'join:\n  kubeadm: /usr/local/sbin/latchkey-e2e-kubeadm\n  kubeadmDryRun: true\n  ignorePreflightErrors: [all]\n  discoveryTimeout: 2m\n' ;;
+      kubeadm) printf 'join:\n  kubeadm: /usr/local/bin/kubeadm\n  criSocket: %s\n  ignorePreflightErrors: [%s]\n  discoveryTimeout: 2m\n' \
+        "$P2_CRI_SOCKET" "$(IFS=,; echo "${P2_IGNORE_PREFLIGHT[*]}")" ;;
+      *) die "LATCHKEY_E2E_JOIN=$P2_JOIN: want disabled, kubeadm or kubeadm-dry-run" ;;
     esac
   } >"$P2_AGENT_CONFIG.tmp"
   mv "$P2_AGENT_CONFIG.tmp" "$P2_AGENT_CONFIG"
@@ -81,12 +105,33 @@ phase2_hook() {
   "$REPO/image/install.sh" --root "$root" --bin-dir "$P2_BIN" --agent-config "$P2_AGENT_CONFIG" \
     >"$VM_CACHE/install-e2e.log" 2>&1 || { cat "$VM_CACHE/install-e2e.log" >&2; die "image/install.sh failed"; }
   cp -a "$REPO/scripts/vm/guest/phase2/." "$root/"
-  if [[ $P2_JOIN == kubeadm ]]; then
+  if p2_k8s; then
     install -m 0755 "$K8S_BIN/kubeadm" "$root/usr/local/bin/kubeadm"
-    cp -a "$REPO/scripts/vm/guest/kubeadm/." "$root/"
   fi
+  case $P2_JOIN in
+    kubeadm-dry-run) cp -a "$REPO/scripts/vm/guest/kubeadm/." "$root/" ;;
+    kubeadm) phase2_kubelet_hook "$root" ;;
+  esac
   systemctl --root="$root" enable kubelet.service \
     latchkey-e2e-check.service >/dev/null 2>&1 || die "enable phase 2 guest units failed"
+}
+
+# phase2_kubelet_hook ROOT: the real node: kubelet, containerd 2 and its
+# runc shim (Debian's runc and CNI plugins come with the root file
+# system), containerd's own unit, and guest/kubelet (kubelet's unit and
+# kubeadm's drop-in, the containerd and CNI configuration, and the
+# hostile step's knobs).
+phase2_kubelet_hook() {
+  local root=$1
+  install -m 0755 "$K8S_BIN/kubelet" "$root/usr/local/bin/kubelet"
+  install -m 0755 "$CONTAINERD_BIN/containerd" "$CONTAINERD_BIN/containerd-shim-runc-v2" "$root/usr/local/bin/"
+  sed 's|^ExecStart=/usr/local/bin/containerd$|ExecStart=/usr/local/bin/containerd --config /etc/containerd/config.toml|' \
+    "$CONTAINERD_BIN/containerd.service" >"$root/etc/systemd/system/containerd.service"
+  grep -q -- '--config /etc/containerd/config.toml' "$root/etc/systemd/system/containerd.service" ||
+    die "containerd.service: no ExecStart=/usr/local/bin/containerd line to point at the config"
+  cp -a "$REPO/scripts/vm/guest/kubelet/." "$root/"
+  systemctl --root="$root" enable containerd.service latchkey-e2e-hostname.service var-log.mount >/dev/null 2>&1 ||
+    die "enable the kubelet guest's units failed"
 }
 
 build_phase2_image() {
@@ -97,9 +142,13 @@ build_phase2_image() {
   write_agent_config
   build_measured_base
   local kubeadm_id=none
-  if [[ $P2_JOIN == kubeadm ]]; then
+  if p2_k8s; then
     K8S_BIN=$("$REPO/scripts/k8s/build.sh") || die "scripts/k8s/build.sh failed"
     kubeadm_id=$(sha256sum "$K8S_BIN/kubeadm")
+  fi
+  if [[ $P2_JOIN == kubeadm ]]; then
+    CONTAINERD_BIN=$("$REPO/scripts/containerd/build.sh") || die "scripts/containerd/build.sh failed"
+    kubeadm_id+=$(sha256sum "$K8S_BIN/kubelet" "$CONTAINERD_BIN"/*)
   fi
   [[ -n ${VERIFIER_PIN:-} ]] || verifier_pin
   build_measured "phase2-$P2_JOIN" phase2_hook "$( (sha256sum "$P2_BIN/latchkey-agent" "$P2_AGENT_CONFIG"
@@ -155,8 +204,9 @@ adminSocket: $dir/admin.sock
 identity:
   bindingDir: $dir/bindings
 EOF
-  if [[ $P2_JOIN == kubeadm ]]; then
+  if p2_k8s; then
     printf 'kubernetes:\n  kubeconfig: %s\n' "$LATCHKEY_K8S_VERIFIER_KUBECONFIG" >>"$VERIFIER_CONFIG"
+    printf 'metricsListen: 127.0.0.1:%s\n' "$P2_METRICS_PORT" >>"$VERIFIER_CONFIG"
     VERIFIER_NS=$P2_NETNS
   fi
   [[ $("$P2_BIN/latchkey-verifier" pin --config "$VERIFIER_CONFIG") == "$VERIFIER_PIN" ]] ||
@@ -231,7 +281,9 @@ audit_count() { audit_lines | grep -cE "$1" || true; }
 # ---------------------------------------------------------------- checks
 
 agent_ready() { serial_has 'E2E: agent state=active result=success'; }
-kubelet_started() { serial_has 'E2E: kubelet active' && serial_has 'E2E: kubelet stand-in started'; }
+kubelet_started() {
+  serial_has 'E2E: kubelet active' && { [[ $P2_JOIN == kubeadm ]] || serial_has 'E2E: kubelet stand-in started'; }
+}
 kubelet_not_started() { ! serial_has 'E2E: kubelet stand-in started' && ! serial_has 'E2E: kubelet active'; }
 disk_open() { serial_has 'E2E: disk open cipher=aes-xts-plain64'; }
 disk_closed() { serial_has 'E2E: disk closed'; }
@@ -244,7 +296,15 @@ host_luks_uuid() { cryptsetup luksUUID "$RUN_DIR/$1/state.img" 2>/dev/null || ec
 not_formatted() { ! serial_has 'LUKS2 header written'; }
 agent_silent() { ! serial_has 'latchkey-agent\['; }
 no_join_line() { ! serial_has 'running kubeadm join'; }
-joined() { serial_has 'E2E: kubeadm join --dry-run succeeded'; }
+joined() {
+  if [[ $P2_JOIN == kubeadm ]]; then
+    serial_has 'msg="?kubeadm join succeeded"?' && ! serial_has 'kubeadm join.*--dry-run'
+  else
+    serial_has 'E2E: kubeadm join --dry-run succeeded'
+  fi
+}
+
+not_joined() { ! serial_has 'msg="?kubeadm join succeeded"?'; }
 
 # check_join WANT: the join assertions of one boot. WANT is "join" (the
 # agent ran kubeadm with a freshly minted token) or "skip" (a rejoin that
@@ -252,10 +312,13 @@ joined() { serial_has 'E2E: kubeadm join --dry-run succeeded'; }
 check_join() {
   case $P2_JOIN:$1 in
     disabled:*) check "join skipped as configured" serial_has 'kubernetes join disabled; boot complete' ;;
-    kubeadm:join)
+    kubeadm-dry-run:join)
       check "kubeadm join --dry-run ran" joined
       check "audit: a token was minted" audit_has 'result=accepted' 'token_id=' ;;
-    kubeadm:skip)
+    kubeadm:join)
+      check "kubeadm join ran for real" joined
+      check "audit: a token was minted" audit_has 'result=accepted' 'token_id=' ;;
+    kubeadm*:skip)
       check "no second join" no_join_line
       check "agent found kubelet credentials" serial_has 'node holds kubelet credentials; skipping kubeadm join'
       check "audit: no token minted" test "$(audit_count 'token_id=')" -eq 0 ;;
@@ -273,26 +336,109 @@ boot_note() {
 
 # ---------------------------------------------------------------- scenario
 
+# LATCHKEY_E2E_STEPS (for working on one step; default: all): the steps to
+# run, by name (first reboot tamper_root tamper_cmdline tamper_override
+# other_kernel upgrade verifier_down crash hostile); later steps may rely
+# on earlier ones.
+P2_STEPS=${LATCHKEY_E2E_STEPS:-all}
+p2_step() {
+  [[ $P2_STEPS == all || " $P2_STEPS " == *" $1 "* ]] || return 0
+  "p2_$1"
+}
+
 run_phase2() {
   VM_FIRMWARE=uefi
+  # kubelet and containerd need a few hundred MiB more than the agent, and
+  # a boot now includes a real join and the host's checks while it holds.
+  if [[ $P2_JOIN == kubeadm ]]; then
+    VM_MEMORY=${LATCHKEY_VM_MEMORY:-1536}
+    VM_BOOT_TIMEOUT=${LATCHKEY_VM_BOOT_TIMEOUT:-600}
+  fi
   build_phase2_image
-  if [[ $P2_JOIN == kubeadm ]]; then k8s_up; fi
+  if p2_k8s; then k8s_up; fi
+  [[ $P2_JOIN == kubeadm ]] && p2_live_init
   verifier_init
   node_create n1
   write_policy "$MEASURED/v1/pcrs.yaml"
   verifier_start
-  p2_first_boot
-  p2_reboot
-  p2_tamper_root
-  p2_tamper_cmdline
-  p2_tamper_override
-  p2_other_kernel
-  p2_upgrade
-  p2_verifier_down
-  p2_crash
+  p2_step first_boot
+  p2_step reboot
+  p2_step tamper_root
+  p2_step tamper_cmdline
+  p2_step tamper_override
+  p2_step other_kernel
+  p2_step upgrade
+  p2_step verifier_down
+  p2_step crash
+  [[ $P2_JOIN == kubeadm ]] && p2_step hostile
   verifier_stop
-  if [[ $P2_JOIN == kubeadm ]]; then p2_no_secrets; fi
+  if p2_k8s; then p2_no_secrets; fi
 }
+
+# ---------------------------------------------------------------- live
+
+# p2_live_init (kubeadm mode): the host's view of the cluster (k8scheck,
+# with the admin credential) and the hold port: a guest booted with
+# latchkey.e2e.hold waits, once kubelet has its certificate, until
+# 192.0.2.100:7450 answers "done" (the content of $HOLD_FILE), so the
+# harness checks the Node while its kubelet runs.
+P2_METRICS_PORT=9464
+p2_live_init() {
+  (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -o "$RUN_DIR/k8scheck" ./scripts/vm/k8scheck) ||
+    die "go build of scripts/vm/k8scheck failed"
+  HOLD_FILE=$RUN_DIR/hold
+  : >"$HOLD_FILE"
+  FORWARDS+=("$GUEST_HOST_IP:7450|$(command -v cat) $HOLD_FILE")
+}
+
+# kc ARGS...: k8scheck inside the control plane's namespace with the
+# admin credential; its one line goes to the log and k8scheck.log.
+kc() {
+  ip netns exec "$P2_NETNS" "$RUN_DIR/k8scheck" -kubeconfig "$LATCHKEY_K8S_ADMIN_KUBECONFIG" "$@" 2>&1 |
+    tee -a "$RUN_DIR/k8scheck.log" >&2
+  return "${PIPESTATUS[0]}"
+}
+
+# p2_hold BOOT ARGS: what a live boot needs: the hold closed, the time
+# the boot starts (a Ready heartbeat must be newer), and the trigger.
+p2_hold() {
+  : >"$HOLD_FILE"
+  LIVE_SINCE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  BOOT_TRIGGER_RE='E2E: holding for the harness'
+  BOOT_TRIGGER_FN=$1
+}
+
+# tokens_used: the verifier's count of tokens deleted after use.
+tokens_used() {
+  ip netns exec "$P2_NETNS" curl -sf "http://127.0.0.1:$P2_METRICS_PORT/metrics" |
+    awk '$1 == "latchkey_verifier_tokens_revoked_total{cause=\"used\"}" {print $2}'
+}
+
+# p2_live NODE join|skip: the host's checks while the guest holds: the
+# Node is Ready with a heartbeat from this boot, the kubelet's client
+# certificate (the guest printed it, never its key) names the node and
+# chains to the cluster CA; after a join also latchkey's CSR approval and
+# the token's deletion by the reaper. Then the guest is released.
+p2_live() {
+  local node=$1 want=$2 id pem=$RUN_DIR/kubelet-client-$1-$BOOT_LABEL.pem
+  check "host: node $node Ready, heartbeat from this boot" kc node-ready -node "$node" -since "$LIVE_SINCE" -timeout 300s
+  save_b64 kubelet-client-cert-b64 "$pem"
+  check "host: kubelet client cert is system:node:$node, O=system:nodes" kc client-cert -node "$node" -cert "$pem"
+  if [[ $want == join ]]; then
+    check "host: kubelet CSR approved by latchkey, its cert the kubelet's" kc csr-approved -node "$node" -since "$LIVE_SINCE" \
+      -cert "$pem" -timeout 60s
+    id=$(audit_lines | grep -oE 'token_id=[a-z0-9]{6}' | tail -n 1 | cut -d= -f2)
+    check "host: token ${id:-?} deleted after use" kc token-gone -id "${id:-none}" -timeout 180s
+    check "verifier: reaper deleted ${id:-?}" grep -qE "bootstrap token deleted after use.* token_id=${id:-none}" "$VERIFIER_LOG"
+    # Exactly one: this verifier process (restarted by the upgrade and
+    # outage steps) reaped this token and no other, once.
+    check "metric tokens_revoked_total{cause=used} is 1" test "$(tokens_used)" == 1
+  fi
+  echo "done" >"$HOLD_FILE"
+}
+p2_live_first() { p2_live latchkey-e2e join; }
+p2_live_reboot() { p2_live latchkey-e2e skip; }
+p2_live_recover() { p2_live latchkey-e2e join; }
 
 # node_esp NODE VARIANT: puts VARIANT's ESP (its UKI) on the node's disk,
 # as a host (or an image upgrade) replacing \EFI\BOOT\BOOTX64.EFI would.
@@ -380,9 +526,21 @@ save_artifacts() {
   fi
 }
 
+# p2_hold_arg: the knob that makes the guest hold for the live checks
+# (real kubelet only).
+p2_hold_arg() { [[ $P2_JOIN == kubeadm ]] && echo latchkey.e2e.hold; }
+# check_live: the live checks ran (the guest reached the hold).
+check_live() {
+  [[ $P2_JOIN == kubeadm ]] || return 0
+  check "host checks ran while kubelet ran" test "$BOOT_TRIGGERED" == 1
+  check "guest released by the harness" serial_has 'E2E: released by the harness: done'
+}
+
 p2_first_boot() {
   audit_mark
-  boot n1 first -- latchkey.e2e.golden
+  [[ $P2_JOIN == kubeadm ]] && p2_hold p2_live_first
+  # shellcheck disable=SC2046 # no knob or one word
+  boot n1 first -- latchkey.e2e.golden $(p2_hold_arg)
   N1_UUID=$(disk_uuid)
   save_artifacts
   check "guest powered off" booted_cleanly
@@ -404,12 +562,15 @@ p2_first_boot() {
   check "audit: two re-attestations accepted" test "$(audit_count 'purpose=reattest .*result=accepted')" -ge 2
   check "host sees LUKS2 uuid" test "$(host_luks_uuid n1)" == "${N1_UUID:-x}"
   check_join join
+  check_live
   step_done "first boot v1: predicted policy, format" "$BOOT_SECS" "$(boot_note); join $P2_JOIN"
 }
 
 p2_reboot() {
   audit_mark
-  boot n1 reboot
+  [[ $P2_JOIN == kubeadm ]] && p2_hold p2_live_reboot
+  # shellcheck disable=SC2046
+  boot n1 reboot -- $(p2_hold_arg)
   check "guest powered off" booted_cleanly
   check "agent ready" agent_ready
   check "same disk" test "$(disk_uuid)" == "${N1_UUID:-x}"
@@ -420,6 +581,7 @@ p2_reboot() {
   check "audit: rejoin accepted" audit_has 'result=accepted' 'rejoin=true'
   check "no second luksFormat" not_formatted
   check_join skip
+  check_live
   step_done "reboot: rejoin, same key, marker kept" "$BOOT_SECS" "$(boot_note)"
 }
 
@@ -552,9 +714,15 @@ p2_crash() {
   # n2 is another machine (its own TPM) with n1's node name: the name is
   # bound to n1, so the operator releases it first, as for a replaced
   # machine. Without the release n2 is refused with IDENTITY_MISMATCH.
-  check "operator releases n1's node name" "$P2_BIN/latchkey-verifier" bindings release \
-    --node latchkey-e2e --socket "$RUN_DIR/verifier/admin.sock"
-  check "release audited" grep -qE 'msg="binding released by admin".* kind=node name=latchkey-e2e ' "$VERIFIER_LOG"
+  # (A disk-only verifier binds no node names: nothing to release.)
+  if p2_k8s; then
+    check "operator releases n1's node name" "$P2_BIN/latchkey-verifier" bindings release \
+      --node latchkey-e2e --socket "$RUN_DIR/verifier/admin.sock"
+    check "release audited" grep -qE 'msg="binding released by admin".* kind=node name=latchkey-e2e ' "$VERIFIER_LOG"
+  fi
+  # With a real kubelet the operator also deletes n1's Node, as for any
+  # replaced machine (kubeadm join refuses a name whose Node is Ready).
+  [[ $P2_JOIN == kubeadm ]] && check "operator deletes n1's Node" kc node-delete -node latchkey-e2e
   audit_mark
   boot n2 crash --kill-on "$P2_CRASH_LINE"
   crash_uuid=$(host_luks_uuid n2)
@@ -567,7 +735,9 @@ p2_crash() {
   check "audit: first join accepted" audit_has 'result=accepted' 'rejoin=false'
   step_done "crash: power cut after LUKS header write" "$BOOT_SECS" "killed at: $reached"
   audit_mark
-  boot n2 recover
+  [[ $P2_JOIN == kubeadm ]] && p2_hold p2_live_recover
+  # shellcheck disable=SC2046
+  boot n2 recover -- $(p2_hold_arg)
   check "guest powered off" booted_cleanly
   check "agent ready" agent_ready
   check "not reformatted (same uuid)" test "$(disk_uuid)" == "$crash_uuid"
@@ -577,5 +747,36 @@ p2_crash() {
   check "marker written" serial_has 'E2E: marker written by boot recover'
   check "audit: rejoin accepted" audit_has 'result=accepted' 'rejoin=true'
   check_join join
+  check_live
   step_done "crash recovery: finish without reformat" "$BOOT_SECS" "$(boot_note)"
+}
+
+# p2_hostile (real kubelet): a third machine, attested as P2_EVIL_NODE
+# (its own name, bound to its own TPM, a token minted for it), whose
+# kubelet asks for P2_VICTIM_NODE's certificate (--hostname-override from
+# the harness knob). latchkey's approver must deny the CSR, with its
+# reason; no certificate is issued and neither Node appears. The host
+# checks while kubeadm waits for the TLS bootstrap, then cuts the power.
+p2_hostile() {
+  node_create n3
+  audit_mark
+  LIVE_SINCE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  BOOT_TRIGGER_RE='running kubeadm join'
+  BOOT_TRIGGER_FN=p2_live_hostile
+  BOOT_KILL_AFTER_TRIGGER=1
+  boot n3 hostile -- "latchkey.e2e.hostname=$P2_EVIL_NODE" "latchkey.e2e.kubelet-name=$P2_VICTIM_NODE"
+  check "guest took its attested name" serial_has "E2E: hostname $P2_EVIL_NODE"
+  check "audit: $P2_EVIL_NODE accepted, token minted" audit_has "node=$P2_EVIL_NODE .*result=accepted" 'token_id='
+  check "kubelet asked to be $P2_VICTIM_NODE" serial_has "E2E: kubelet asks to be node $P2_VICTIM_NODE"
+  check "host checks ran during the join" test "$BOOT_TRIGGERED" == 1
+  check "power cut after the checks" test "$BOOT_END" == killed
+  check "kubeadm join did not succeed" not_joined
+  step_done "hostile kubelet: another node's name" "$BOOT_SECS" "CSR for $P2_VICTIM_NODE denied; no Node"
+}
+
+p2_live_hostile() {
+  check "host: CSR for $P2_VICTIM_NODE denied by latchkey" kc csr-denied -node "$P2_VICTIM_NODE" -since "$LIVE_SINCE" -timeout 300s
+  check "verifier: approver logged the denial" grep -qE 'msg="CSR decided".*verdict=deny' "$VERIFIER_LOG"
+  check "host: no node $P2_VICTIM_NODE" kc node-absent -node "$P2_VICTIM_NODE"
+  check "host: no node $P2_EVIL_NODE" kc node-absent -node "$P2_EVIL_NODE"
 }

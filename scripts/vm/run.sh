@@ -21,6 +21,7 @@ VM_NET=192.0.2.0/24
 GUEST_HOST_IP=192.0.2.100
 
 BOOT_CMDLINE='' # kernel arguments added to every boot
+BOOT_KILL_AFTER_TRIGGER=0
 HARNESS_PIDS=()  # every long-running process we started, killed on exit
 FORWARDS=()      # "GUEST_IP:PORT|COMMAND": guestfwd rules of every boot
 CLEANUP_HOOKS=() # functions run at exit, after the processes are stopped
@@ -175,7 +176,8 @@ qemu_args() {
 # once and waits until the guest powers off, the timeout passes, or a
 # serial line matches REGEX (then QEMU is killed: a crash). When
 # BOOT_TRIGGER_RE is set, BOOT_TRIGGER_FN runs once as soon as a serial
-# line matches it (both are cleared afterwards). Sets BOOT_SERIAL,
+# line matches it, and with BOOT_KILL_AFTER_TRIGGER=1 QEMU is killed right
+# after it (all three are cleared afterwards). Sets BOOT_SERIAL,
 # BOOT_SECS, BOOT_END (poweroff|killed|timeout), BOOT_STATUS (QEMU's exit
 # status) and BOOT_TRIGGERED (1 when the trigger ran).
 boot() {
@@ -197,7 +199,7 @@ boot() {
   log "boot $node/$BOOT_LABEL started (serial: ${BOOT_SERIAL#"$REPO"/})"
   wait_boot "$qemu_pid" "$t0" "$kill_on"
   BOOT_SECS=$(secs_since "$t0")
-  BOOT_TRIGGER_RE='' BOOT_TRIGGER_FN=''
+  BOOT_TRIGGER_RE='' BOOT_TRIGGER_FN='' BOOT_KILL_AFTER_TRIGGER=0
 
   stop_pid "$SWTPM_PID"
   log "boot $node/$BOOT_LABEL: $BOOT_END after $BOOT_SECS s (qemu status $BOOT_STATUS)"
@@ -213,6 +215,11 @@ wait_boot() {
       BOOT_TRIGGERED=1
       log "serial matched '$BOOT_TRIGGER_RE': running $BOOT_TRIGGER_FN"
       "$BOOT_TRIGGER_FN"
+      if ((BOOT_KILL_AFTER_TRIGGER)); then
+        BOOT_END=killed
+        kill -KILL "$pid" 2>/dev/null || true
+        break
+      fi
     fi
     if [[ -n $kill_on ]] && grep -qE "$kill_on" "$BOOT_SERIAL" 2>/dev/null; then
       BOOT_END=killed

@@ -133,6 +133,9 @@ func kubeClient(k *Kubernetes) (kubernetes.Interface, error) {
 	return c, nil
 }
 
+// The reaper counts a used token only when it was still there to delete.
+var _ csr.PresentRevoker = (*token.Kube)(nil)
+
 // runReaper deletes each node's bootstrap token once the node has used
 // it (certificate issued, Node registered), and clears it from the node's
 // binding record; tokens it misses expire at their TTL.

@@ -25,6 +25,14 @@ type Revoker interface {
 	Revoke(ctx context.Context, id string) error
 }
 
+// PresentRevoker is a Revoker that also tells whether the token was still
+// there (token.Kube is one). With it, a token another verifier process
+// already reaped (this one restarted and saw the CSR again) is neither
+// counted nor logged as deleted again.
+type PresentRevoker interface {
+	RevokePresent(ctx context.Context, id string) (bool, error)
+}
+
 // ReaperConfig configures the Reaper.
 type ReaperConfig struct {
 	Client  kubernetes.Interface
@@ -62,7 +70,16 @@ type Reaper struct {
 
 	mu      sync.Mutex
 	pending map[string]issued // node name -> the token that got its certificate
+	// reaped are the tokens already deleted (ID -> approval time), so an
+	// informer resync that shows their CSR again deletes and counts
+	// nothing twice; entries go after reapedKeep (the controller-manager
+	// removes issued CSRs after an hour).
+	reaped    map[string]time.Time
+	lastPrune time.Time
 }
+
+// reapedKeep is how long a deleted token is remembered.
+const reapedKeep = 2 * time.Hour
 
 type issued struct {
 	tokenID string
@@ -75,7 +92,8 @@ func NewReaper(cfg ReaperConfig) (*Reaper, error) {
 		return nil, errors.New("token reaper: no Kubernetes client or revoker")
 	}
 	cfg.Resync = resync(cfg.Resync)
-	return &Reaper{cfg: cfg, log: componentLog(cfg.Logger, "token-reaper"), pending: map[string]issued{}}, nil
+	return &Reaper{cfg: cfg, log: componentLog(cfg.Logger, "token-reaper"), pending: map[string]issued{},
+		reaped: map[string]time.Time{}}, nil
 }
 
 // Run watches CSRs and Nodes until ctx ends.
@@ -124,6 +142,9 @@ func (r *Reaper) ObserveCSR(csr *certv1.CertificateSigningRequest) {
 	at := approvedAt(csr)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, done := r.reaped[id]; done {
+		return
+	}
 	if cur, seen := r.pending[node]; !seen || cur.at.Before(at) {
 		r.pending[node] = issued{tokenID: id, at: at}
 	}
@@ -138,7 +159,8 @@ func (r *Reaper) ObserveNode(ctx context.Context, n *corev1.Node) {
 	if !ok || !usedCredentialsSince(n, p.at) {
 		return
 	}
-	if err := r.cfg.Revoker.Revoke(ctx, p.tokenID); err != nil {
+	present, err := r.revoke(ctx, p.tokenID)
+	if err != nil {
 		r.log.Warn("could not delete a used bootstrap token; it expires at its TTL", logkey.Node, n.Name,
 			logkey.TokenID, p.tokenID, logkey.Error, err.Error())
 		return
@@ -147,12 +169,17 @@ func (r *Reaper) ObserveNode(ctx context.Context, n *corev1.Node) {
 	if r.pending[n.Name] == p {
 		delete(r.pending, n.Name)
 	}
+	r.reaped[p.tokenID] = p.at
+	r.pruneReaped(time.Now())
 	r.mu.Unlock()
 	if r.cfg.Forget != nil {
 		if err := r.cfg.Forget(ctx, n.Name, p.tokenID); err != nil {
 			r.log.Warn("used bootstrap token deleted, but its node record still names it", logkey.Node, n.Name,
 				logkey.TokenID, p.tokenID, logkey.Error, err.Error())
 		}
+	}
+	if !present {
+		return
 	}
 	if r.cfg.OnReaped != nil {
 		r.cfg.OnReaped()
@@ -185,4 +212,27 @@ func usedCredentialsSince(n *corev1.Node, t time.Time) bool {
 		}
 	}
 	return false
+}
+
+// pruneReaped forgets deleted tokens approved more than reapedKeep ago,
+// at most every reapedKeep/4; r.mu is held.
+func (r *Reaper) pruneReaped(now time.Time) {
+	if now.Sub(r.lastPrune) < reapedKeep/4 {
+		return
+	}
+	r.lastPrune = now
+	for id, at := range r.reaped {
+		if now.Sub(at) > reapedKeep {
+			delete(r.reaped, id)
+		}
+	}
+}
+
+// revoke deletes the token and tells whether it was still there (always
+// true for a Revoker that cannot tell).
+func (r *Reaper) revoke(ctx context.Context, id string) (bool, error) {
+	if pr, ok := r.cfg.Revoker.(PresentRevoker); ok {
+		return pr.RevokePresent(ctx, id)
+	}
+	return true, r.cfg.Revoker.Revoke(ctx, id)
 }

@@ -75,6 +75,76 @@ func TestReaperDeletesTokenOnceNodeRegistered(t *testing.T) {
 	}
 }
 
+// TestReaperForgetsNothingOnResync: an informer resync shows the reaped
+// token's CSR again (the measured e2e saw the token deleted and counted on
+// every Node update after each 30 s resync); the token is deleted and
+// counted once. A new token for the node (a rejoin) is reaped again.
+func TestReaperForgetsNothingOnResync(t *testing.T) {
+	r, rv, reaped := newTestReaper(t)
+	at := time.Now()
+	csr := issuedCSR(t, "node-1", "abcdef", at)
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", CreationTimestamp: metav1.NewTime(at.Add(time.Second))}}
+	for range 3 {
+		r.ObserveCSR(csr)
+		r.ObserveNode(context.Background(), n)
+	}
+	if got := rv.revoked(); len(got) != 1 || *reaped != 1 {
+		t.Fatalf("revoked %v, counted %d: want abcdef once", got, *reaped)
+	}
+	again := issuedCSR(t, "node-1", "ghijkl", at.Add(time.Minute))
+	r.ObserveCSR(again)
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, LastHeartbeatTime: metav1.NewTime(at.Add(2 * time.Minute))}}
+	r.ObserveNode(context.Background(), n)
+	if got := rv.revoked(); len(got) != 2 || got[1] != "ghijkl" || *reaped != 2 {
+		t.Fatalf("revoked %v, counted %d: want abcdef, ghijkl", got, *reaped)
+	}
+	// Entries older than reapedKeep are forgotten.
+	r.mu.Lock()
+	r.lastPrune = time.Time{}
+	r.pruneReaped(at.Add(reapedKeep + 2*time.Minute))
+	left := len(r.reaped)
+	r.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d reaped tokens remembered after %s", left, reapedKeep)
+	}
+}
+
+// presentRevoker knows which tokens exist, as the API server does.
+type presentRevoker struct {
+	recordingRevoker
+	live map[string]bool
+}
+
+func (p *presentRevoker) RevokePresent(ctx context.Context, id string) (bool, error) {
+	_ = p.Revoke(ctx, id)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	was := p.live[id]
+	delete(p.live, id)
+	return was, nil
+}
+
+// TestRestartedReaperCountsNothingTwice: a restarted verifier (a new
+// reaper, empty memory) sees the old CSR and the Node again; the token is
+// already gone, so it is not counted again.
+func TestRestartedReaperCountsNothingTwice(t *testing.T) {
+	rv := &presentRevoker{live: map[string]bool{"abcdef": true}}
+	at := time.Now()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", CreationTimestamp: metav1.NewTime(at.Add(time.Second))}}
+	total := 0
+	for range 2 { // the first process, then the restarted one
+		r, err := NewReaper(ReaperConfig{Client: fake.NewClientset(), Revoker: rv, OnReaped: func() { total++ }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.ObserveCSR(issuedCSR(t, "node-1", "abcdef", at))
+		r.ObserveNode(context.Background(), n)
+	}
+	if total != 1 {
+		t.Fatalf("counted %d deletions of one token", total)
+	}
+}
+
 func TestReaperIgnoresWhatIsNotAUsedLatchkeyToken(t *testing.T) {
 	r, rv, _ := newTestReaper(t)
 	now := time.Now()

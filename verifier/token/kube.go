@@ -285,19 +285,27 @@ func (k *Kube) rollback(id string, cause error) {
 // A token that is already gone (revoked, or reaped by the tokencleaner)
 // is not an error.
 func (k *Kube) Revoke(ctx context.Context, id string) error {
+	_, err := k.RevokePresent(ctx, id)
+	return err
+}
+
+// RevokePresent is Revoke that also tells whether the token Secret was
+// still there to delete (false: already gone), for callers that count
+// deletions (the token reaper) without the right to read Secrets.
+func (k *Kube) RevokePresent(ctx context.Context, id string) (bool, error) {
 	if !ValidID(id) {
-		return fmt.Errorf("%w: token ID %q", ErrBadRequest, id)
+		return false, fmt.Errorf("%w: token ID %q", ErrBadRequest, id)
 	}
 	name := SecretName(id)
 	bg := metav1.DeletePropagationBackground
 	err := k.cfg.Client.CoreV1().Secrets(metav1.NamespaceSystem).Delete(ctx, name,
 		metav1.DeleteOptions{PropagationPolicy: &bg})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete token secret: %w", err)
+		return false, fmt.Errorf("delete token secret: %w", err)
 	}
 	if err := deleteOwnedCerts(ctx, k.cfg.Client, name); err != nil {
-		return fmt.Errorf("delete certificates of token %s: %w", id, err)
+		return false, fmt.Errorf("delete certificates of token %s: %w", id, err)
 	}
-	k.log.Info("token revoked", logkey.TokenID, id)
-	return nil
+	k.log.Info("token revoked", logkey.TokenID, id, logkey.Present, err == nil)
+	return err == nil, nil
 }

@@ -449,3 +449,23 @@ func TestMintRecordsTokenID(t *testing.T) {
 		t.Fatalf("%d secrets left behind after a failed record", n)
 	}
 }
+
+// TestRevokePresentTellsWhetherTheTokenWasThere: the reaper counts a
+// token deleted after use only when it was still there to delete.
+func TestRevokePresentTellsWhetherTheTokenWasThere(t *testing.T) {
+	fc := newFakeCluster(t, "https://cp.example:6443", 1, signOnCreate)
+	k := newTestKube(t, fc, nil)
+	g, err := k.Mint(context.Background(), workerReq("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		present, err := k.RevokePresent(context.Background(), g.ID)
+		if err != nil || present != want {
+			t.Fatalf("revoke %d: present %v, err %v; want %v", i+1, present, err, want)
+		}
+	}
+	if _, err := k.RevokePresent(context.Background(), "BAD"); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("bad id: err = %v", err)
+	}
+}
