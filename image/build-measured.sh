@@ -66,7 +66,6 @@ TYPE_VERITY=2C7357ED-EBD2-46D9-AEC1-23D437EC2BF5
 # the Authenticode digest of every image it loads (docs/measured-boot.md).
 EV_ACTION_BOOT="Calling EFI Application from Boot Option"
 
-die() { echo "build-measured.sh: $*" >&2; exit 1; }
 say() { echo "build-measured.sh: $*" >&2; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 

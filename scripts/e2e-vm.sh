@@ -27,6 +27,8 @@ BUILD_ONLY=0
 KEEP=0
 RUN_DIR_MADE=0
 
+# shellcheck source=scripts/lib/common.sh
+source "$REPO/scripts/lib/common.sh"
 # shellcheck source=scripts/vm/build.sh
 source "$REPO/scripts/vm/build.sh"
 # shellcheck source=scripts/vm/run.sh

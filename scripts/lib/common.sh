@@ -2,9 +2,24 @@
 # Shared shell helpers of latchkey's scripts. Source it; it defines
 # functions only.
 
-# die prints "SCRIPT: MESSAGE" on stderr and exits 1.
+# note prints a progress line on stderr: through the script's own log()
+# when it defines one (timestamped, prefixed), else as "SCRIPT: MESSAGE".
+note() {
+  if declare -F log >/dev/null; then
+    log "$*"
+  else
+    echo "${0##*/}: $*" >&2
+  fi
+}
+
+# die prints MESSAGE like note (with "ERROR: " when through log()) and
+# exits 1.
 die() {
-  echo "${0##*/}: $*" >&2
+  if declare -F log >/dev/null; then
+    log "ERROR: $*"
+  else
+    echo "${0##*/}: $*" >&2
+  fi
   exit 1
 }
 
@@ -13,6 +28,30 @@ repo_root() { cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd; }
 
 # cache_dir prints the git-ignored build cache (LATCHKEY_CACHE_DIR wins).
 cache_dir() { echo "${LATCHKEY_CACHE_DIR:-$(repo_root)/.cache}"; }
+
+# apt_install PKG...: installs the Debian packages that are not installed,
+# waiting for a dpkg lock another apt run holds instead of failing. Needs
+# root.
+apt_install() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
+  [[ $(id -u) == 0 ]] || die "missing packages: ${missing[*]} (run as root, or apt-get install them)"
+  note "installing host packages: ${missing[*]}"
+  apt_update_once
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -q \
+    --no-install-recommends "${missing[@]}" >&2 || die "apt-get install ${missing[*]} failed"
+}
+
+APT_UPDATED=0
+# apt_update_once refreshes the package index once per run.
+apt_update_once() {
+  ((APT_UPDATED)) && return 0
+  apt-get -o DPkg::Lock::Timeout=900 update -q >&2 || die "apt-get update failed"
+  APT_UPDATED=1
+}
 
 # need_packages installs the Debian packages whose commands are missing.
 # Arguments are command:package pairs.
@@ -26,9 +65,7 @@ need_packages() {
     echo "missing packages: ${missing[*]} (run as root, or apt-get install them)" >&2
     return 1
   fi
-  echo "installing ${missing[*]} ..." >&2
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  (apt_install "${missing[@]}") >/dev/null
 }
 
 # need_go checks for a Go toolchain new enough for go.mod.
@@ -46,25 +83,37 @@ free_port() {
     echo $((20000 + RANDOM % 20000))
 }
 
+# swtpm_ca_config CONFDIR CADIR MANUFACTURER VERSION MODEL: the
+# configuration of a throwaway local CA (state in CADIR) that swtpm_setup
+# uses to sign EK and platform certificates, written into CONFDIR. Prints
+# the swtpm_setup.conf path. Every TPM manufactured with it shares the CA.
+swtpm_ca_config() {
+  local conf=$1 ca=$2
+  mkdir -p "$conf" "$ca"
+  cat >"$conf/swtpm-localca.conf" <<CONF
+statedir = $ca
+signingkey = $ca/signkey.pem
+issuercert = $ca/issuercert.pem
+certserial = $ca/certserial
+CONF
+  printf -- '--platform-manufacturer %s\n--platform-version %s\n--platform-model %s\n' "$3" "$4" "$5" \
+    >"$conf/swtpm-localca.options"
+  cat >"$conf/swtpm_setup.conf" <<CONF
+create_certs_tool = $(command -v swtpm_localca || echo swtpm_localca)
+create_certs_tool_config = $conf/swtpm-localca.conf
+create_certs_tool_options = $conf/swtpm-localca.options
+active_pcr_banks = sha256
+CONF
+  echo "$conf/swtpm_setup.conf"
+}
+
 # swtpm_manufacture DIR: a fresh TPM state in DIR/state with an RSA and an
 # ECC EK certificate signed by a throwaway local CA in DIR/ca. Prints the
 # CA certificates' path (root + issuer, PEM).
 swtpm_manufacture() {
   local dir=$1
-  mkdir -p "$dir/state" "$dir/ca"
-  cat >"$dir/swtpm-localca.conf" <<CONF
-statedir = $dir/ca
-signingkey = $dir/ca/signkey.pem
-issuercert = $dir/ca/issuercert.pem
-certserial = $dir/ca/certserial
-CONF
-  printf -- '--platform-manufacturer latchkey\n--platform-version 1.0\n--platform-model demo\n' >"$dir/swtpm-localca.options"
-  cat >"$dir/swtpm_setup.conf" <<CONF
-create_certs_tool = swtpm_localca
-create_certs_tool_config = $dir/swtpm-localca.conf
-create_certs_tool_options = $dir/swtpm-localca.options
-active_pcr_banks = sha256
-CONF
+  mkdir -p "$dir/state"
+  swtpm_ca_config "$dir" "$dir/ca" latchkey 1.0 demo >/dev/null
   XDG_CONFIG_HOME=$dir HOME=$dir swtpm_setup --tpm2 --tpmstate "$dir/state" --config "$dir/swtpm_setup.conf" \
     --create-ek-cert --create-platform-cert --pcr-banks sha256 --overwrite >"$dir/swtpm_setup.log" 2>&1 ||
     { cat "$dir/swtpm_setup.log" >&2; return 1; }

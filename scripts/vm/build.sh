@@ -33,7 +33,6 @@ VM_HOST_PACKAGES=(qemu-system-x86 ovmf swtpm swtpm-tools gnutls-bin debootstrap 
 VM_ROOT_SIZE=${LATCHKEY_VM_ROOT_SIZE:-1536M}
 
 log() { printf '%s e2e-vm: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
 
 # safe_rm DIR: removes a build folder, first unmounting anything a killed
 # debootstrap left mounted below it (proc, sys, a bind-mounted /dev), and
@@ -71,27 +70,6 @@ tree_hash() {
     (cd "$d" && find . -type f -printf '%p %m\n' | LC_ALL=C sort &&
       find . -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum)
   done | sha256sum | cut -c1-16
-}
-
-# apt_install PKG...: installs the missing packages, waiting for a dpkg lock
-# held by another apt run instead of failing.
-apt_install() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  ((${#missing[@]})) || return 0
-  log "installing host packages: ${missing[*]}"
-  apt_update_once
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -q \
-    --no-install-recommends "${missing[@]}" >&2 || die "apt-get install ${missing[*]} failed"
-}
-
-APT_UPDATED=0
-apt_update_once() {
-  ((APT_UPDATED)) && return 0
-  apt-get -o DPkg::Lock::Timeout=900 update -q >&2 || die "apt-get update failed"
-  APT_UPDATED=1
 }
 
 ensure_host_tools() {

@@ -49,16 +49,6 @@ cleanup_processes() {
 now_ms() { date +%s%3N; }
 secs_since() { awk -v a="$1" -v b="$(now_ms)" 'BEGIN { printf "%.1f", (b - a) / 1000 }'; }
 
-# free_port prints a loopback TCP port nobody listens on.
-free_port() {
-  local p
-  for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 40000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return 0; }
-  done
-  die "no free loopback port found"
-}
-
 # forward_port PORT [NETNS]: makes 127.0.0.1:PORT of the host (or of
 # network namespace NETNS) reachable from every guest booted afterwards as
 # 192.0.2.100:PORT. The cmd: form starts one socat per connection, so every
@@ -88,26 +78,7 @@ wait_listen() {
 # tpm_ca_init: a throwaway local CA for swtpm_setup, valid for this run.
 # Sets TPM_SETUP_CONF; the CA's certificates are under $RUN_DIR/tpmca.
 tpm_ca_init() {
-  local ca=$RUN_DIR/tpmca
-  mkdir -p "$ca"
-  cat >"$ca/swtpm-localca.conf" <<EOF
-statedir = $ca
-signingkey = $ca/signkey.pem
-issuercert = $ca/issuercert.pem
-certserial = $ca/certserial
-EOF
-  cat >"$ca/swtpm-localca.options" <<EOF
---platform-manufacturer latchkey-e2e
---platform-version 2.1
---platform-model QEMU
-EOF
-  cat >"$ca/swtpm_setup.conf" <<EOF
-create_certs_tool = $(command -v swtpm_localca)
-create_certs_tool_config = $ca/swtpm-localca.conf
-create_certs_tool_options = $ca/swtpm-localca.options
-active_pcr_banks = sha256
-EOF
-  TPM_SETUP_CONF=$ca/swtpm_setup.conf
+  TPM_SETUP_CONF=$(swtpm_ca_config "$RUN_DIR/tpmca" "$RUN_DIR/tpmca" latchkey-e2e 2.1 QEMU)
 }
 
 # node_create NAME: a fresh node: root image copy, blank state disk, and a
