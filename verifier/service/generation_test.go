@@ -114,8 +114,9 @@ func TestRetiredGenerationRefused(t *testing.T) {
 	if r.Detail != want {
 		t.Fatalf("detail %q\nwant   %q", r.Detail, want)
 	}
-	if !strings.Contains(e.logs.String(), "reason=KEY_GENERATION_RETIRED") {
-		t.Fatalf("audit line lacks the reason:\n%s", e.logs)
+	if !strings.Contains(e.logs.String(), "reason=KEY_GENERATION_RETIRED") ||
+		!strings.Contains(e.logs.String(), "key_generation=1") {
+		t.Fatalf("audit line lacks the reason or the disk's generation:\n%s", e.logs)
 	}
 }
 

@@ -114,7 +114,13 @@ func errString(err error) string {
 
 // helloAttrs are the audit fields known once the Hello has arrived.
 func helloAttrs(h *latchkeyv1.Hello) []any {
-	return []any{logkey.RequestToken, h.GetRequestToken()}
+	attrs := []any{logkey.RequestToken, h.GetRequestToken()}
+	if h.DiskKeyGeneration != nil {
+		// The master-secret generation the disk's header names, so the
+		// audit shows which disks still need an older secret.
+		attrs = append(attrs, logkey.KeyGeneration, h.GetDiskKeyGeneration())
+	}
+	return attrs
 }
 
 // auditableHello is what the audit line may print of a Hello that failed
@@ -130,5 +136,6 @@ func auditableHello(h *latchkeyv1.Hello) *latchkeyv1.Hello {
 		return strings.ToValidUTF8(s, "?")
 	}
 	return &latchkeyv1.Hello{NodeName: cut(h.GetNodeName()), DiskUuid: cut(h.GetDiskUuid()), Role: h.GetRole(),
-		Rejoin: h.GetRejoin(), RequestToken: h.GetRequestToken(), Variant: h.GetVariant()}
+		Rejoin: h.GetRejoin(), RequestToken: h.GetRequestToken(), Variant: h.GetVariant(),
+		DiskKeyGeneration: h.DiskKeyGeneration}
 }
