@@ -47,16 +47,8 @@ func BenchmarkReattestTPM(b *testing.B) {
 	c := r.agent(b, iss, time.Minute)
 	req := worker()
 	req.Rejoin, req.Reattest = true, true
-	ctx := context.Background()
 	before := len(r.client.Actions())
-	b.ResetTimer()
-	start := cpuTime(b)
-	for i := 0; i < b.N; i++ {
-		if _, err := c.Get(ctx, req); err != nil {
-			b.Fatalf("re-attest: %v\n%s", err, r.logs)
-		}
-	}
-	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N)/1e6, "cpu-ms/op")
+	benchGets(b, c, req, r.logs)
 	b.StopTimer()
 	var reads, writes int
 	for _, a := range r.client.Actions()[before:] {
@@ -76,13 +68,5 @@ func BenchmarkRejoinTPMSameRig(b *testing.B) {
 	c := r.agent(b, iss, time.Minute)
 	req := worker()
 	req.Rejoin = true
-	ctx := context.Background()
-	b.ResetTimer()
-	start := cpuTime(b)
-	for i := 0; i < b.N; i++ {
-		if _, err := c.Get(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N)/1e6, "cpu-ms/op")
+	benchGets(b, c, req, r.logs)
 }
