@@ -56,12 +56,37 @@ static_checks() {
   go vet -tags k8s ./...
   go vet -tags vm ./...
   scripts/gen-proto.sh --check
+  no_build_outputs
   shipped_test_only
   internal_imports_nothing_upward
   # One log vocabulary: every log key in the product is an internal/logkey constant.
   go test -count=1 -run '^(TestKeysAreConstants|TestScannerFindsEveryKeyForm|TestOneNamePerConcept)$' ./internal/logkey
   shell_lint
   echo "static checks passed"
+}
+
+# no_build_outputs fails when the tree tracks an ELF file anywhere or a
+# file over 1 MiB outside a testdata directory: build outputs and caches
+# never belong in the repository (a stray `go build` once committed a
+# 33 MB agent binary).
+no_build_outputs() {
+  local bad=() f size
+  while IFS= read -r -d '' f; do
+    [[ -f $f && ! -L $f ]] || continue
+    if [[ $(head -c4 "$f" | od -An -tx1 | tr -d ' \n') == 7f454c46 ]]; then
+      bad+=("$f (ELF)")
+      continue
+    fi
+    size=$(stat -c %s "$f")
+    if ((size > 1048576)) && [[ $f != testdata/* && $f != */testdata/* ]]; then
+      bad+=("$f ($size bytes)")
+    fi
+  done < <(git ls-files -z)
+  if ((${#bad[@]})); then
+    printf 'build outputs or large files are tracked (remove them; .gitignore covers build outputs):\n' >&2
+    printf '  %s\n' "${bad[@]}" >&2
+    return 1
+  fi
 }
 
 # shell_lint runs shellcheck (settings in .shellcheckrc) on every tracked
