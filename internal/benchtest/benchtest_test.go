@@ -65,3 +65,37 @@ func TestProcessCPURefusesAMissingProcess(t *testing.T) {
 		t.Fatalf("err = %v, want not-exist", err)
 	}
 }
+
+// typedErr is an error of its own concrete type, so FirstError sees two
+// different types, which atomic.Value's CompareAndSwap panics on.
+type typedErr struct{}
+
+func (typedErr) Error() string { return "typed" }
+
+func TestFirstErrorMixedTypes(t *testing.T) {
+	var f FirstError
+	if f.Err() != nil {
+		t.Fatalf("zero FirstError holds %v", f.Err())
+	}
+	f.Set(nil)
+	if f.Err() != nil {
+		t.Fatalf("Set(nil) recorded %v", f.Err())
+	}
+	first := os.ErrNotExist
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.Set(typedErr{})
+	}()
+	f.Set(first)
+	<-done
+	f.Set(&os.PathError{Op: "open", Path: "x", Err: os.ErrPermission})
+	got := f.Err()
+	if got != first && got != (typedErr{}) {
+		t.Fatalf("Err() = %v (%T), want one of the two first errors", got, got)
+	}
+	f.Set(typedErr{})
+	if f.Err() != got {
+		t.Fatalf("a later Set replaced the first error: %v", f.Err())
+	}
+}

@@ -70,6 +70,7 @@ type result struct {
 	storm          *stormResult
 	pacedRate      float64
 	failedAttempts int64
+	firstFailure   error // the first retried attempt's cause, if any
 	// The verifier's CPU over the closed loop, the paced phase, and idle
 	// (during the first bare P-384 measurement, idleWall long).
 	closedCPU, pacedCPU, idle cpuWindow
@@ -118,6 +119,7 @@ func runLoad(b *testing.B) *result {
 	r.runPaced(ctx, b, v, f)
 	r.runStorm(ctx, b, v, f)
 	r.failedAttempts = f.failedAttempts.Load()
+	r.firstFailure = f.firstFailure.Err()
 	r.p384[1] = measureP384(b, in, *flagP384Time)
 	r.rssPeak = stopSampler()
 	_, hwm := mustMem(b, r.pid)

@@ -35,7 +35,7 @@ type fleet struct {
 	pin     atls.Pin
 	// failedAttempts counts attempts the agents retried (none expected).
 	failedAttempts atomic.Int64
-	firstFailure   atomic.Value // error
+	firstFailure   benchtest.FirstError
 	nextNode       atomic.Int64
 }
 
@@ -65,7 +65,7 @@ func newFleet(tb testing.TB, s *snptest.Signer, addr string, pin atls.Pin, n int
 
 func (f *fleet) attemptFailed(err error) {
 	f.failedAttempts.Add(1)
-	f.firstFailure.CompareAndSwap(nil, err)
+	f.firstFailure.Set(err)
 }
 
 // join is one node's first join: a new node name and disk, a token asked

@@ -108,6 +108,9 @@ func (r *result) printDetail(w io.Writer) {
 		float64(r.rusage.Utime.Nano()+r.rusage.Stime.Nano())/1e9, float64(r.rusage.Maxrss)/1024)
 	fmt.Fprintf(w, "joins: %d succeeded in all phases, tokens minted %d, revoked %d; agents retried %d attempts\n",
 		r.joined(), r.final.Mints, r.final.Revokes, r.failedAttempts)
+	if r.firstFailure != nil {
+		fmt.Fprintf(w, "joins: first retried attempt: %v\n", r.firstFailure)
+	}
 }
 
 func (r *result) joined() int64 {

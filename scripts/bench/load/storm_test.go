@@ -45,7 +45,7 @@ type stormResult struct {
 	hintTotal           time.Duration
 	rssPeak             int64 // KiB
 	cpu                 cpuWindow
-	firstFail           atomic.Value // error
+	firstFail           benchtest.FirstError
 }
 
 func (r *result) runStorm(ctx context.Context, b *testing.B, v *verifierProc, f *fleet) {
@@ -109,7 +109,7 @@ func (f *fleet) storm(ctx context.Context, st *stormResult, n int, rate float64)
 				},
 				OnAttemptFailed: func(err error) {
 					fails.Add(1)
-					st.firstFail.CompareAndSwap(nil, err)
+					st.firstFail.Set(err)
 				},
 			})
 			if err != nil {
@@ -163,7 +163,7 @@ func (r *result) printStorm(w io.Writer) {
 	}
 	fmt.Fprintf(w, "storm: %d attempts, %d retry-after hints honoured (mean hint %.0f ms), %d retries earlier than their hint, %d failed attempts\n",
 		st.attempts, st.hints, ms(mean), st.early, st.fails)
-	if e, ok := st.firstFail.Load().(error); ok {
+	if e := st.firstFail.Err(); e != nil {
 		fmt.Fprintf(w, "storm: first failed attempt (retried): %v\n", e)
 	}
 	fmt.Fprintf(w, "storm: verifier cpu %.2f s, %.0f us per admitted join; rss peak %.1f MiB (idle %.1f MiB)\n",

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -210,7 +209,7 @@ func snpNodes(b *testing.B, run string, n int, log *slog.Logger) []*node {
 	out := make([]*node, n)
 	sem := make(chan struct{}, 4)
 	var wg sync.WaitGroup
-	var first atomic.Value
+	var first benchtest.FirstError
 	for i := range n {
 		sem <- struct{}{}
 		wg.Go(func() {
@@ -218,14 +217,14 @@ func snpNodes(b *testing.B, run string, n int, log *slog.Logger) []*node {
 			s := snptest.NewWithOptions(b, snptest.Options{ChipID: chipID(run, i)})
 			iss, err := snp.NewIssuer(snp.IssuerConfig{QuoteProvider: s.QuoteProvider(), Logger: log})
 			if err != nil {
-				first.CompareAndSwap(nil, err)
+				first.Set(err)
 				return
 			}
 			out[i] = &node{kind: "snp", name: fmt.Sprintf("storm-%s-snp-%d", run, i), disk: uuid.NewString(), issuer: iss}
 		})
 	}
 	wg.Wait()
-	if err, _ := first.Load().(error); err != nil {
+	if err := first.Err(); err != nil {
 		b.Fatal(err)
 	}
 	return out
