@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SNP load benchmark (issue 3): the verifier in its own process, driven by
+# SNP load benchmark: the verifier in its own process, driven by
 # many concurrent agents over loopback TLS, each join with a freshly signed
 # SEV-SNP report (go-sev-guest's test signer) bound to its own session and
 # a token minted in memory. Prints joins/s, p50/p99, the verifier's CPU per

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Whole-join boot storm (issue 12 item 3b): the real latchkey-verifier
+# Whole-join boot storm: the real latchkey-verifier
 # binary in Kubernetes mode against the real control plane
 # (scripts/controlplane.sh), with many agents joining at once: SEV-SNP
 # agents signed by go-sev-guest's test signer (each its own chip, node

@@ -7,7 +7,7 @@
 #
 #   --phase1     the harness proof: TPM device, guestfwd, LUKS2 format/open,
 #                a marker that survives a reboot, PCR stability and tamper
-#   --phase2     the latchkey scenario (issue 7): agent + verifier, first
+#   --phase2     the latchkey scenario: agent + verifier, first
 #                boot, rejoin, tampered boot, verifier down, crash (default)
 #   --all        phase 1, then phase 2
 #   --build-only build (or reuse) the cached guest image and exit

@@ -12,7 +12,7 @@ import (
 // Each decision costs API round trips (the approver reads the node's
 // binding and writes the approval, the reaper deletes a token): handled
 // one at a time in the informer's callback, a boot storm's CSRs queued
-// behind each other's round trips (issue 12, boot storm).
+// behind each other's round trips during a boot storm.
 const DefaultWorkers = 8
 
 // workers returns n, or DefaultWorkers when n is not positive.

@@ -114,7 +114,7 @@ func TestReadUKIRefusesNonUKI(t *testing.T) {
 	}
 }
 
-// The measured guest of issue 11 (attest/tpm/testdata/ovmf-uki): the UKI
+// The measured QEMU guest (attest/tpm/testdata/ovmf-uki): the UKI
 // it booted predicts the Authenticode digest its firmware logged in PCR 4
 // and the PCR 11 it quoted in phase "sysinit". The 15 MiB UKI is not in
 // the repository: set LATCHKEY_MEASURED_UKI to it (scripts/e2e-vm.sh

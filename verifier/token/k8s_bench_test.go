@@ -53,7 +53,7 @@ func BenchmarkK8sMint(b *testing.B) {
 // measure the rate with that many tokens alive at the end of the run: it
 // reports the latchkey tokens alive then (tokens-alive), and cluster-info's
 // size as served before and after the mints with its resourceVersion, so
-// a run shows whether minting rewrote cluster-info (issue 12, item 3).
+// a run shows whether minting rewrote cluster-info.
 // The tokens are deleted after the timer stops.
 func BenchmarkK8sMintParallel32(b *testing.B) {
 	env := loadK8sEnv(b)

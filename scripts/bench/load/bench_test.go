@@ -19,7 +19,7 @@ import (
 // ./...` does not start a verifier and a minute of load by accident.
 const envBench = "LATCHKEY_LOAD_BENCH"
 
-// Targets of issue 3.
+// The benchmark's targets (docs/benchmarks.md, "SEV-SNP under load").
 const (
 	targetRatio = 1.5
 	targetP99   = 50 * time.Millisecond

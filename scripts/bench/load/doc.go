@@ -1,4 +1,4 @@
-// Package load is latchkey's SNP load benchmark (issue 3, "Performance").
+// Package load is latchkey's SNP load benchmark.
 // It holds no code outside its tests: the test binary (go test -c) plays
 // two roles, chosen by the LATCHKEY_LOAD_ROLE environment variable.
 //

@@ -1,6 +1,6 @@
 package load
 
-// The boot storm (issue 14 item 2): joins arrive open-loop at a multiple
+// The boot storm: joins arrive open-loop at a multiple
 // of the measured closed-loop capacity, each a fresh node with its own
 // ticket client, every one kept until it joins or its 2-minute timeout
 // passes. The verifier's admission control answers the excess with

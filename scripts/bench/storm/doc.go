@@ -1,5 +1,5 @@
 // Package storm is latchkey's whole-join boot storm against the real
-// control plane (issue 12, item 3b). It holds no code outside its tests:
+// control plane. It holds no code outside its tests:
 // BenchmarkStorm starts the real latchkey-verifier binary in Kubernetes
 // mode (the narrow credential of verifier/deploy, its CSR approver and
 // token reaper), then as many concurrent agents as asked join at once:
