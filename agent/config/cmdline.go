@@ -6,6 +6,10 @@ import (
 	"strings"
 )
 
+// DefaultCmdlinePath is the kernel command line the agent reads
+// latchkey.* settings from.
+const DefaultCmdlinePath = "/proc/cmdline"
+
 // maxCmdline bounds what is read from /proc/cmdline.
 const maxCmdline = 64 << 10
 

@@ -20,11 +20,12 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/strictyaml"
 
+	"github.com/latchkey/latchkey/agent/reattest"
+	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/internal/duration"
 	"github.com/latchkey/latchkey/protocol"
@@ -252,10 +253,10 @@ func (c *Config) defaults() error {
 	setDefault(&c.StatusSocket, localapi.AgentSocket)
 	setDefault(&c.StatusFile, DefaultStatusFile)
 	if c.Reattest.Interval.Duration == 0 {
-		c.Reattest.Interval.Duration = 10 * time.Minute
+		c.Reattest.Interval.Duration = reattest.DefaultInterval
 	}
 	if c.Timeout.Duration == 0 {
-		c.Timeout.Duration = 10 * time.Minute
+		c.Timeout.Duration = ticket.DefaultTimeout
 	}
 	return nil
 }

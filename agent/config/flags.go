@@ -1,7 +1,10 @@
 package config
 
 import (
+	"errors"
 	"flag"
+	"fmt"
+	"io/fs"
 	"strings"
 	"time"
 
@@ -20,8 +23,10 @@ type Flags struct {
 	// ConfigExplicit is set by --config: a missing file is then an error,
 	// while a missing DefaultPath means an empty file.
 	ConfigExplicit bool
-	// CmdlinePath is the kernel command line (/proc/cmdline); one that
-	// cannot be read adds nothing.
+	// CmdlinePath is the kernel command line (DefaultCmdlinePath unless
+	// --kernel-cmdline). A missing DefaultCmdlinePath adds nothing (a
+	// container without /proc); any other read error is an error, because
+	// the command line may carry the verifier and its pin.
 	CmdlinePath string
 
 	Verifiers, Pins, VerifierName                            string
@@ -70,7 +75,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.NoJoin, "no-join", false, "do not join Kubernetes (disk-only machines)")
 	fs.BoolVar(&f.NoReattest, "no-reattest", false, "exit after the boot instead of re-attesting (reattest.disabled)")
 	fs.DurationVar(&f.ReattestInterval, "reattest-interval", 0, "re-attest this often after the boot (default 10m, jittered ±10%)")
-	fs.StringVar(&f.CmdlinePath, "kernel-cmdline", "/proc/cmdline", "kernel command line to read latchkey.* from")
+	fs.StringVar(&f.CmdlinePath, "kernel-cmdline", DefaultCmdlinePath, "kernel command line to read latchkey.* from")
 	fs.DurationVar(&f.Timeout, "timeout", 0, "give up getting a ticket after this long (default 10m)")
 	fs.StringVar(&f.StatusFile, "status-file", "", "where to leave the last result for `latchkey-agent status` (default "+DefaultStatusFile+"; - keeps none)")
 }
@@ -83,8 +88,13 @@ func (f *Flags) Load() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cl, err := ReadKernelCmdline(f.CmdlinePath); err == nil {
+	cl, err := ReadKernelCmdline(f.CmdlinePath)
+	switch {
+	case err == nil:
 		cfg.ApplyKernelCmdline(cl)
+	case f.CmdlinePath == DefaultCmdlinePath && errors.Is(err, fs.ErrNotExist):
+	default:
+		return nil, fmt.Errorf("--kernel-cmdline %s: %w", f.CmdlinePath, err)
 	}
 	f.Apply(cfg)
 	return cfg, nil

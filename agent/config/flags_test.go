@@ -1,7 +1,9 @@
 package config
 
 import (
+	"errors"
 	"flag"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,4 +107,43 @@ func TestFlagsConfigFile(t *testing.T) {
 		c.Timeout.Duration != 3*time.Second || c.Role != "control-plane" {
 		t.Fatalf("config %+v, err %v", c, err)
 	}
+}
+
+// A kernel command line that cannot be read is an error, since it may
+// carry the verifier and its pin; only a missing /proc/cmdline (a
+// container without /proc) adds nothing.
+func TestKernelCmdlineReadErrors(t *testing.T) {
+	dir := t.TempDir()
+	load := func(args ...string) error {
+		fset := flag.NewFlagSet("test", flag.ContinueOnError)
+		var f Flags
+		f.Register(fset)
+		if err := fset.Parse(append([]string{"--config", writeFile(t, dir, "agent.yaml", "{}\n")}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := f.Load()
+		return err
+	}
+	missing := filepath.Join(dir, "no-such-cmdline")
+	err := load("--kernel-cmdline", missing)
+	if err == nil || !strings.Contains(err.Error(), "--kernel-cmdline "+missing+": read kernel command line: ") || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a named, missing command line: err = %v", err)
+	}
+	// A directory exists but cannot be read as a file.
+	err = load("--kernel-cmdline", dir)
+	if err == nil || !strings.Contains(err.Error(), "--kernel-cmdline "+dir+": read kernel command line: ") {
+		t.Fatalf("an unreadable command line: err = %v", err)
+	}
+	if err := load("--kernel-cmdline", writeFile(t, dir, "cmdline", "quiet latchkey.verifier=a:1")); err != nil {
+		t.Fatalf("a readable command line: %v", err)
+	}
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

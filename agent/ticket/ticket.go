@@ -56,7 +56,7 @@ type Config struct {
 	// endpoint being dialled). A pinned leaf needs no name.
 	ServerName string
 	Issuer     attest.Issuer
-	// Timeout bounds all attempts together (default 5m).
+	// Timeout bounds all attempts together (DefaultTimeout when zero).
 	Timeout time.Duration
 	// AttemptTimeout bounds one attempt (default 30s).
 	AttemptTimeout time.Duration
@@ -105,13 +105,20 @@ func New(cfg Config) (*Client, error) {
 	return &Client{cfg: cfg, tls: tlsCfg}, nil
 }
 
+// DefaultTimeout bounds the whole ticket stage when the configuration
+// names no timeout: long enough to ride out a control-plane restart, short
+// enough that a node whose verifiers are all gone says so in the journal.
+// agent/config fills the configuration's default from it, so the stage and
+// the documented default (docs/configuration.md, `timeout`) are one value.
+const DefaultTimeout = 10 * time.Minute
+
 func fillDefaults(cfg *Config) {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
 			*d = v
 		}
 	}
-	def(&cfg.Timeout, 5*time.Minute)
+	def(&cfg.Timeout, DefaultTimeout)
 	def(&cfg.AttemptTimeout, 30*time.Second)
 	def(&cfg.InitialBackoff, time.Second)
 	def(&cfg.MaxBackoff, 30*time.Second)
