@@ -59,6 +59,7 @@ type machine struct {
 	pcrs map[int][32]byte
 	sd   []byte
 	sig  []byte
+	raw  []byte // the firmware log as the machine wrote it, when log re-encodes it
 }
 
 // boot synthesizes an OVMF boot of b and, when records is nil, the
