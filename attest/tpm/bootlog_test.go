@@ -409,11 +409,12 @@ func TestBootPolicyCompileErrors(t *testing.T) {
 		bp   tpm.BootPolicy
 		want string
 	}{
-		"uki digest":   {tpm.BootPolicy{UKIs: []string{"sha256:00"}}, `boot.ukis[0]: "sha256:00" is not sha256:<64 lower-case hex digits>`},
-		"upper hex":    {tpm.BootPolicy{BootLoaders: []string{"sha256:" + strings.Repeat("A", 64)}}, "boot.bootLoaders[0]:"},
-		"signer":       {tpm.BootPolicy{PCR11Signers: []string{"nope"}}, "boot.pcr11Signers[0]: not a pem PUBLIC KEY"},
-		"db cert":      {tpm.BootPolicy{SecureBoot: tpm.SecureBootPolicy{DBCertificates: []string{"x"}}}, "boot.secureBoot.dbCertificates[0]: not a pem certificate"},
-		"phase syntax": {tpm.BootPolicy{PCR11Phases: []string{"enter-initrd:"}}, `boot.pcr11Phases[0]: "enter-initrd:" is not`},
+		"uki digest":        {tpm.BootPolicy{UKIs: []string{"sha256:00"}}, `boot.ukis[0]: "sha256:00" is not sha256:<64 lower-case hex digits>`},
+		"upper hex":         {tpm.BootPolicy{BootLoaders: []string{"sha256:" + strings.Repeat("A", 64)}}, "boot.bootLoaders[0]:"},
+		"signer":            {tpm.BootPolicy{PCR11Signers: []string{"nope"}}, "boot.pcr11Signers[0]: not a pem PUBLIC KEY"},
+		"db cert":           {tpm.BootPolicy{SecureBoot: tpm.SecureBootPolicy{DBCertificates: []string{"x"}}}, "boot.secureBoot.dbCertificates[0]: not a pem certificate"},
+		"extra measurement": {tpm.BootPolicy{ExtraMeasurements: []string{"00"}}, `boot.extraMeasurements[0]: "00" is not sha256:<64 lower-case hex digits>`},
+		"phase syntax":      {tpm.BootPolicy{PCR11Phases: []string{"enter-initrd:"}}, `boot.pcr11Phases[0]: "enter-initrd:" is not`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := tpm.NewValidator(tpm.Policy{AKPublicKeyHashes: []string{newCrafted(t, true).akHash}, Boot: &c.bp})
