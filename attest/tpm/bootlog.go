@@ -355,13 +355,18 @@ var (
 // extractApplications reads PCR 4 by digest alone: every measurement but
 // the structural ones is a boot application, so relabelling an event's
 // type or rewriting its data cannot hide an application from the policy.
+// A boot attempt ends where the firmware measured that an application
+// returned ("Returning from EFI Application from Boot Option", which EDK
+// II measures before it tries the next boot option). "Calling EFI
+// Application" does not start one: on QEMU's -kernel path OVMF loads (and
+// measures) the image before it signals ReadyToBoot.
 func (b *Boot) extractApplications(recs []record) {
-	attempt := 0
+	attempt := 1
 	for _, r := range recs {
 		switch r.digest {
-		case digestCallingApp:
+		case digestReturningApp:
 			attempt++
-		case digestReturningApp, digestSeparator, digestSeparatorErr:
+		case digestCallingApp, digestSeparator, digestSeparatorErr:
 		default:
 			b.Applications = append(b.Applications, Application{Digest: r.digest, Attempt: attempt})
 		}

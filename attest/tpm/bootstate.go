@@ -22,8 +22,8 @@ import (
 // The events interpreted, by PCR:
 //
 //   - PCR 4 (firmware log only): by digest alone. The digests of the EFI
-//     actions "Calling EFI Application from Boot Option" (which starts a
-//     boot attempt) and "Returning from EFI Application from Boot Option"
+//     actions "Calling EFI Application from Boot Option" and "Returning
+//     from EFI Application from Boot Option" (which ends a boot attempt)
 //     and of the separators (0x00000000, 0xFFFFFFFF) are structure; every
 //     other event is a boot application, whatever its event type says,
 //     identified by its digest (the PE image's Authenticode hash).
@@ -95,9 +95,10 @@ type SecureBoot struct {
 type Application struct {
 	// Digest is the PE image's Authenticode SHA-256 digest.
 	Digest [sha256.Size]byte
-	// Attempt is the boot attempt that loaded it: the number of "Calling
-	// EFI Application from Boot Option" measurements before it in PCR 4
-	// (the firmware measures one per boot option it tries).
+	// Attempt is the boot attempt that loaded it, from 1: one more than
+	// the "Returning from EFI Application from Boot Option" measurements
+	// before it in PCR 4 (the firmware measures one when a boot option's
+	// application returned and it tries the next).
 	Attempt int
 }
 

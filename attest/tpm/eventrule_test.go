@@ -3,6 +3,7 @@ package tpm_test
 import (
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -170,5 +171,65 @@ func TestExtraMeasurementsExplainByDigest(t *testing.T) {
 	}
 	if st.Boot.CmdlinePassed || len(st.Boot.Unexplained) != 1 {
 		t.Fatalf("boot = %+v", st.Boot)
+	}
+}
+
+// machineFrom is a machine whose firmware log is l's events (their PCR
+// values quoted) and whose PCR 11 then holds the unlogged phase.
+func machineFrom(t *testing.T, l logs, phase string) *machine {
+	t.Helper()
+	fw := tpmtest.NewFirmwareLog()
+	for _, e := range l.fw {
+		fw.Add(e.pcr, e.typ, e.data, e.digest)
+	}
+	m := &machine{ak: newCrafted(t, true), log: fw, pcrs: maps.Clone(fw.PCRs)}
+	tpmtest.ExtendPhase(m.pcrs, phase)
+	return m
+}
+
+// QEMU's -kernel path under OVMF: the firmware loads (and measures) the
+// UKI before it measures "Calling EFI Application", then systemd-stub
+// loads the kernel. One boot attempt: the UKI is admitted with its
+// payload, and the command line the firmware passed is judged by name.
+func TestKernelLoadedBeforeReadyToBoot(t *testing.T) {
+	der, pemText := dbCert(t, "test db")
+	b := ukiBoot(t, der)
+	b.Loaders = nil
+	b.Cmdline, b.Passed = "console=ttyS0 systemd.debug_shell=1", true
+	l := parseLogs(t, tpmtest.OVMFLog(b).Bytes(), nil)
+	calling := slices.IndexFunc(l.fw, func(e fwEvent) bool { return e.pcr == 4 && e.typ == tpmtest.EvEFIAction })
+	uki := slices.IndexFunc(l.fw, func(e fwEvent) bool { return e.digest == ukiDigest })
+	e := l.fw[uki]
+	l.fw = slices.Insert(slices.Delete(l.fw, uki, uki+1), calling, e)
+	kernel := sha256.Sum256([]byte("kernel authenticode"))
+	l.fw = append(l.fw, fwEvent{pcr: 4, typ: tpmtest.EvEFIBootApp, data: make([]byte, 32), digest: kernel})
+	m := machineFrom(t, l, sysinit)
+	bp := &tpm.BootPolicy{UKIs: []string{dgst(ukiDigest)}, SecureBoot: tpm.SecureBootPolicy{DBCertificates: []string{pemText}}}
+	_, err := m.validate(t, bp, nil)
+	wantRefusal(t, err, latchkeyv1.Reason_CMDLINE_NOT_ALLOWED, `kernel command line "console=ttyS0 systemd.debug_shell=1" in pcr 12 is not allowed`)
+}
+
+// An application from a boot attempt that returned is not the UKI's
+// payload: it must be a listed boot loader, wherever it sits.
+func TestFailedBootAttemptIsJudged(t *testing.T) {
+	der, pemText := dbCert(t, "test db")
+	b := ukiBoot(t, der)
+	b.Loaders = nil
+	l := parseLogs(t, tpmtest.OVMFLog(b).Bytes(), nil)
+	uki := slices.IndexFunc(l.fw, func(e fwEvent) bool { return e.digest == ukiDigest })
+	shell := sha256.Sum256([]byte("efi shell"))
+	returning := []byte("Returning from EFI Application from Boot Option")
+	calling := []byte("Calling EFI Application from Boot Option")
+	l.fw = slices.Insert(l.fw, uki+1,
+		fwEvent{pcr: 4, typ: tpmtest.EvEFIAction, data: returning, digest: sha256.Sum256(returning)},
+		fwEvent{pcr: 4, typ: tpmtest.EvEFIAction, data: calling, digest: sha256.Sum256(calling)},
+		fwEvent{pcr: 4, typ: tpmtest.EvEFIBootApp, data: make([]byte, 32), digest: shell})
+	m := machineFrom(t, l, sysinit)
+	bp := &tpm.BootPolicy{UKIs: []string{dgst(ukiDigest)}, SecureBoot: tpm.SecureBootPolicy{DBCertificates: []string{pemText}}}
+	_, err := m.validate(t, bp, nil)
+	wantRefusal(t, err, latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "boot loader "+dgst(shell)+" in pcr 4 is not allowed")
+	bp.BootLoaders = []string{dgst(shell)}
+	if _, err := m.validate(t, bp, nil); err != nil {
+		t.Fatalf("listed boot loader in a later attempt refused: %v", err)
 	}
 }
