@@ -214,29 +214,22 @@ func decodeLogs(fwLog, sdLog []byte) (*tcg.EventLog, []tcg.Event, []sdEvent, err
 	return el, raw, sd, nil
 }
 
-// seqEvent is an unverified firmware event with its place in the log
-// (EventLog.Events leaves Num unset; Verify numbers events from 1 after
-// the Spec ID event, and so does this).
-type seqEvent struct {
-	tcg.Event
-	seq uint32
-}
-
-// groupByPCR drops EV_NO_ACTION events, which extend nothing.
-func groupByPCR(raw []tcg.Event) map[int][]seqEvent {
-	out := map[int][]seqEvent{}
-	for i, e := range raw {
+// groupByPCR lists the unverified firmware events of each PCR in log
+// order; it drops EV_NO_ACTION events, which extend nothing.
+func groupByPCR(raw []tcg.Event) map[int][]tcg.Event {
+	out := map[int][]tcg.Event{}
+	for _, e := range raw {
 		if e.Type == tcg.NoAction {
 			continue
 		}
-		out[e.Index] = append(out[e.Index], seqEvent{e, uint32(i + 1)})
+		out[e.Index] = append(out[e.Index], e)
 	}
 	return out
 }
 
 // replayFirmware folds firmware events the way TPM2_PCR_Extend does,
 // from zero (the PCRs replayed here are never reset by an H-CRTM).
-func replayFirmware(events []seqEvent) [sha256.Size]byte {
+func replayFirmware(events []tcg.Event) [sha256.Size]byte {
 	var v [sha256.Size]byte
 	for _, e := range events {
 		v = Extend(v, [sha256.Size]byte(e.Digest))
@@ -247,7 +240,7 @@ func replayFirmware(events []seqEvent) [sha256.Size]byte {
 // replayRefusal names the lowest PCR whose firmware replay fails. PCR 0
 // may start from a locality or H-CRTM value go-eventlog knows about; when
 // the plain fold happens to match, the detail says so rather than guess.
-func replayRefusal(mrs []register.MR, byPCR map[int][]seqEvent) error {
+func replayRefusal(mrs []register.MR, byPCR map[int][]tcg.Event) error {
 	for _, mr := range mrs {
 		got := replayFirmware(byPCR[mr.Idx()])
 		if !bytes.Equal(got[:], mr.Dgst()) {
@@ -279,7 +272,7 @@ func (r record) verified() bool { return sha256.Sum256(r.data) == r.digest }
 
 // records lists a PCR's extensions in measured order: firmware events,
 // then systemd's (systemd only measures after the firmware is done).
-func records(fw []seqEvent, sd []sdEvent) []record {
+func records(fw []tcg.Event, sd []sdEvent) []record {
 	out := make([]record, 0, len(fw)+len(sd))
 	for _, e := range fw {
 		out = append(out, record{digest: [sha256.Size]byte(e.Digest), data: e.Data})
