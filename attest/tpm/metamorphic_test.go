@@ -142,8 +142,9 @@ func (c *corpus) judge(t *testing.T, l logs) outcome {
 
 // corpora are every event-log corpus of the tests: the real OVMF guest
 // log, synthesized boots (pinned and signed UKI, systemd 252 unlogged and
-// systemd 254+ logged phases, a passed command line), a machine stopped
-// in the initrd, and an init=/bin/sh boot.
+// systemd 254+ logged phases, a passed command line, a measurement
+// admitted by boot.extraMeasurements), a machine stopped in the initrd,
+// and an init=/bin/sh boot.
 func corpora(t testing.TB) []*corpus {
 	t.Helper()
 	der, pemText := dbCert(t, "metamorphic db")
@@ -207,6 +208,15 @@ func corpora(t testing.TB) []*corpus {
 	add("stopped in the initrd", initrd, signed, "")
 	add("passed command line", boot(t, passed, sysinit), &passedPolicy, sysinit)
 	add("init=/bin/sh passed", boot(t, initSh, sysinit), pinned, sysinit)
+	// A systemd-stub credential in PCR 12 (its digest the file's, its data
+	// a name), admitted by digest, after the passed command line.
+	withCred := boot(t, passed, sysinit)
+	credential := sha256.Sum256([]byte("credential contents"))
+	withCred.log.Add(12, tpmtest.EvIPL, tpmtest.UTF16("some.cred"), credential)
+	withCred.pcrs[12] = withCred.log.PCRs[12]
+	credPolicy := passedPolicy
+	credPolicy.ExtraMeasurements = []string{dgst(credential)}
+	add("credential allowed by digest", withCred, &credPolicy, sysinit)
 	return out
 }
 
@@ -454,8 +464,13 @@ func diffFields(a, b tpm.Boot) string {
 // Every edit of every corpus is refused or changes nothing.
 func TestEventLogEditsAreRefusedOrChangeNothing(t *testing.T) {
 	total, bad := 0, 0
+	// The corpora the policy refuses as they are; the others it admits.
+	refused := map[string]bool{"stopped in the initrd": true, "init=/bin/sh passed": true}
 	for _, c := range corpora(t) {
 		orig := c.judge(t, c.logs)
+		if (orig.reason != "") != refused[c.name] {
+			t.Fatalf("%s: judged %q as it is", c.name, orig.reason)
+		}
 		// The corpus as the machine wrote it and as the edits re-encode it
 		// are the same evidence.
 		raw, err := tpm.VerifyBoot(c.m.pcrs, c.fw, c.m.sd)
