@@ -150,8 +150,14 @@ func TestTPMJoinPhaseRewriteRefused(t *testing.T) {
 	if bytes.Equal(edited, sd) {
 		t.Fatal("the edit changed nothing")
 	}
-	r.refusedWithDetail(t, logFiles(t, l.Bytes(), edited, sig), latchkeyv1.Reason_EVENT_LOG_MISMATCH,
-		fmt.Sprintf("pcr 11: measurement 9 (sha256:%x) is neither content-verified nor explained by the policy", sha256.Sum256([]byte("enter-initrd"))))
+	want := fmt.Sprintf("pcr 11: measurement 9 (sha256:%x) is neither content-verified nor explained by the policy", sha256.Sum256([]byte("enter-initrd")))
+	r.refusedWithDetail(t, logFiles(t, l.Bytes(), edited, sig), latchkeyv1.Reason_EVENT_LOG_MISMATCH, want)
+
+	// Built to slip past: the rewritten record carried in the firmware
+	// log instead (it replays the same), with no systemd log at all.
+	moved := tpmtest.OVMFLog(tpmtest.Boot{Firmware: "EDK II", UKI: rewriteUKI, Sections: rewriteSections()})
+	moved.Add(11, tpmtest.EvIPL, []byte("enter-initrd:leave-initrd:sysinit"), sha256.Sum256([]byte("enter-initrd")))
+	r.refusedWithDetail(t, logFiles(t, moved.Bytes(), nil, sig), latchkeyv1.Reason_EVENT_LOG_MISMATCH, want)
 }
 
 // A boot loader passed init=/bin/sh to the UKI; the machine rewrites the
@@ -176,6 +182,14 @@ func TestTPMJoinCmdlineRewriteRefused(t *testing.T) {
 	if bytes.Equal(edited, l.Bytes()) {
 		t.Fatal("the edit changed nothing")
 	}
-	r.refusedWithDetail(t, logFiles(t, edited, nil, nil), latchkeyv1.Reason_EVENT_LOG_MISMATCH,
-		fmt.Sprintf("pcr 12: measurement 1 (sha256:%x) is neither content-verified nor explained by the policy", sha256.Sum256(tpmtest.UTF16(cmdline))))
+	digest := sha256.Sum256(tpmtest.UTF16(cmdline))
+	want := fmt.Sprintf("pcr 12: measurement 1 (sha256:%x) is neither content-verified nor explained by the policy", digest)
+	r.refusedWithDetail(t, logFiles(t, edited, nil, nil), latchkeyv1.Reason_EVENT_LOG_MISMATCH, want)
+
+	// Built to slip past: the command-line event taken out of the
+	// firmware log and carried, rewritten, as a systemd record (PCR 12
+	// replays the same: firmware events, then systemd's).
+	without := tpmtest.OVMFLog(tpmtest.Boot{Firmware: "EDK II", UKI: rewriteUKI, Sections: rewriteSections()})
+	sd := fmt.Appendf(nil, "\x1e{\"pcr\":12,\"digests\":[{\"hashAlg\":\"sha256\",\"digest\":\"%x\"}],\"content_type\":\"systemd\",\"content\":{\"string\":%q,\"eventType\":\"stub\"}}\n", digest, innocent)
+	r.refusedWithDetail(t, logFiles(t, without.Bytes(), sd, nil), latchkeyv1.Reason_EVENT_LOG_MISMATCH, want)
 }
