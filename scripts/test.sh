@@ -132,6 +132,8 @@ unit_and_integration() {
   # A short run of each fuzz target keeps the decoders honest.
   go test -run '^$' -fuzz '^FuzzDecodeEvidence$' -fuzztime 20s -fuzzminimizetime 2s ./attest/snp
   go test -run '^$' -fuzz '^FuzzVerifyBoot$' -fuzztime 20s -fuzzminimizetime 2s ./attest/tpm
+  # Replay-preserving edits of every event-log corpus: refused or no change.
+  go test -run '^$' -fuzz '^FuzzEventLogEdits$' -fuzztime 30s -fuzzminimizetime 5s ./attest/tpm
 }
 
 tier "static checks" static_checks

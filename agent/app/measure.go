@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -73,26 +74,25 @@ func measureTPM(ctx context.Context, cfg *config.Config) (*tpm.Policy, string, e
 	if err != nil {
 		return nil, "", err
 	}
-	b, err := tpm.MeasureBoot(ctx, cfg.TPM.Device, tpmLogs(cfg))
+	b, bp, err := tpm.MeasureBoot(ctx, cfg.TPM.Device, tpmLogs(cfg))
 	if err != nil {
 		return nil, "", err
 	}
 	if b == nil {
 		return p, "# no firmware event log: no component view\n", nil
 	}
-	p.Boot = tpm.ComponentPolicy(b)
-	return p, componentView(b), nil
+	p.Boot = bp
+	return p, componentView(b, bp), nil
 }
 
 // componentView prints b as comment lines, one component a line.
-func componentView(b *tpm.Boot) string {
+func componentView(b *tpm.Boot, bp *tpm.BootPolicy) string {
 	var sb strings.Builder
 	line := func(format string, args ...any) { fmt.Fprintf(&sb, "#   "+format+"\n", args...) }
 	sb.WriteString("# component view (event logs replayed against this TPM's PCRs):\n")
-	line("firmware        %q (pcr 0)", b.Firmware)
 	line("secure boot     %v, %d db certificate(s), %d dbx entries (pcr 7)", b.SecureBoot.Enabled, len(b.SecureBoot.DB), len(b.SecureBoot.DBX)+len(b.SecureBoot.DBXHashes))
 	for _, a := range b.Applications {
-		line("%-15s sha256:%x (pcr 4)", a.Role, a.Digest)
+		line("%-15s sha256:%x (pcr 4, boot attempt %d)", appRole(bp, a), a.Digest, a.Attempt)
 	}
 	for _, s := range b.UKISections {
 		line("uki %-11s sha256:%x (pcr 11)", s.Name, s.Digest)
@@ -103,8 +103,20 @@ func componentView(b *tpm.Boot) string {
 	if b.PhaseKnown {
 		line("boot phase      %q (pcr 11)", b.Phase)
 	}
-	for _, e := range b.Systemd {
-		line("systemd %-7s %q verified=%v (pcr %d)", e.Type, e.Content, e.ContentVerified, e.PCR)
+	for _, m := range b.Unexplained {
+		line("unexplained     sha256:%x (pcr %d, measurement %d)", m.Digest, m.PCR, m.Index)
 	}
 	return sb.String()
+}
+
+// appRole names what the component policy takes a for.
+func appRole(bp *tpm.BootPolicy, a tpm.Application) string {
+	d := fmt.Sprintf("sha256:%x", a.Digest)
+	switch {
+	case slices.Contains(bp.UKIs, d):
+		return "uki"
+	case slices.Contains(bp.BootLoaders, d):
+		return "boot loader"
+	}
+	return "uki payload"
 }

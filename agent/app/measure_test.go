@@ -34,7 +34,7 @@ func TestMeasurePrintsComponentView(t *testing.T) {
 	}
 	y := out.String()
 	for _, want := range []string{
-		"# component view", "#   uki             sha256:" + hexOf(uki) + " (pcr 4)",
+		"# component view", "#   uki             sha256:" + hexOf(uki) + " (pcr 4, boot attempt 1)",
 		"#   uki .cmdline", `#   boot phase      "sysinit" (pcr 11)`,
 		"    ukis:\n    - sha256:" + hexOf(uki), "allowDisabled: true", "ekPublicKeyHashes:",
 	} {

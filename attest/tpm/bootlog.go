@@ -86,27 +86,29 @@ func VerifyBoot(pcrs map[int][sha256.Size]byte, firmwareLog, systemdLog []byte) 
 }
 
 // verifyBoot replays the event logs against the quoted PCRs and returns
-// what they verifiably say. Its checks, in order:
+// what they verifiably say (Boot's doc comment states the rule and the
+// events interpreted). Its checks, in order:
 //
 //  1. Decoding (MALFORMED): the firmware log is a TCG2 crypto-agile log
 //     with SHA-256 digests (go-eventlog's parser) of at most
 //     MaxFirmwareLogSize bytes and maxFirmwareEvents events; the systemd
 //     log decodes (decodeSystemdLog).
-//  2. Coverage (EVENT_LOG_MISMATCH): every PCR either log extends must be
+//  2. Coverage (EVENT_LOG_MISMATCH): no systemd record extends a
+//     firmware PCR (0-7), and every PCR either log extends must be
 //     quoted, so no measurement escapes the replay.
-//  3. Replay (EVENT_LOG_MISMATCH): every PCR only the firmware log
-//     touches must replay to its quoted value with go-eventlog's replay
-//     (and its workarounds for known firmware bugs); every PCR both logs
-//     touch must replay firmware events then systemd events to it; PCR 11
-//     without systemd events may be followed by a prefix of
-//     StandardPhases, unlogged (systemd 252), which names the phase. The
-//     refusal names the PCR, the replayed and the quoted value.
+//  3. Replay (EVENT_LOG_MISMATCH): every PCR the firmware log alone
+//     touches and this package does not interpret must replay to its
+//     quoted value with go-eventlog's replay (and its workarounds for
+//     known firmware bugs); PCRs 4, 11, 12 and every PCR systemd's log
+//     touches must replay firmware events then systemd events to it; PCR
+//     11 may then be followed by a prefix of StandardPhases, unlogged
+//     (systemd 252). The refusal names the PCR, the replayed and the
+//     quoted value.
 //  4. Structure (EVENT_LOG_MISMATCH): go-eventlog's extraction of the
 //     Secure Boot state (PCR 7: variables before the separator, digests
-//     matching data, no debugger) and of the boot applications (PCR 4
-//     and 5: applications after "Calling EFI Application", up to
-//     ExitBootServices); systemd-stub's PCR 11 events must pair a section
-//     name (its digest the name's) with its contents, each name once.
+//     matching data, no debugger, no authority before the separator);
+//     systemd-stub's PCR 11 section pairs must name each section once
+//     and end with its contents.
 //
 // The returned Boot holds only values of events that replayed.
 func verifyBoot(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
@@ -121,7 +123,10 @@ func verifyBoot(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 	}
 	byPCR := groupByPCR(raw)
 	sdByPCR := map[int][]sdEvent{}
-	for _, e := range sd {
+	for i, e := range sd {
+		if e.pcr <= pcrSecureBoot {
+			return nil, mismatch("systemd event log record %d extends pcr %d, which only firmware measures", i, e.pcr)
+		}
 		sdByPCR[e.pcr] = append(sdByPCR[e.pcr], e)
 	}
 	touched := slices.Sorted(maps.Keys(byPCR))
@@ -136,12 +141,11 @@ func verifyBoot(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 			return nil, mismatch("event log extends pcr %d, which the quote does not cover", p)
 		}
 	}
-	b = &Boot{}
 	var fwOnly []register.MR
-	var joint []int
+	var own []int
 	for _, p := range touched {
-		if _, both := sdByPCR[p]; both || p == pcrKernel {
-			joint = append(joint, p)
+		if _, both := sdByPCR[p]; both || p == pcrBootApps || p == pcrKernel || p == pcrKernelArgs {
+			own = append(own, p)
 			continue
 		}
 		fwOnly = append(fwOnly, register.PCR{Index: p, Digest: pcrs[p], DigestAlg: crypto.SHA256})
@@ -152,18 +156,29 @@ func verifyBoot(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 	if err != nil {
 		return nil, replayRefusal(fwOnly, byPCR)
 	}
-	for _, p := range joint {
-		if err := replayJoint(b, p, pcrs[p], byPCR[p], sdByPCR[p]); err != nil {
+	recs := map[int][]record{}
+	var phaseSuffix string
+	for _, p := range own {
+		recs[p] = records(byPCR[p], sdByPCR[p])
+		suffix, err := replayOwn(p, pcrs[p], recs[p], len(sdByPCR[p]) > 0)
+		if err != nil {
+			return nil, err
+		}
+		if p == pcrKernel {
+			phaseSuffix = suffix
+		}
+	}
+	b = &Boot{}
+	if err := b.extractSecureBoot(events); err != nil {
+		return nil, err
+	}
+	b.extractApplications(recs[pcrBootApps])
+	if _, ok := recs[pcrKernel]; ok {
+		if err := b.interpretKernel(recs[pcrKernel], phaseSuffix); err != nil {
 			return nil, err
 		}
 	}
-	if err := b.extractFirmware(events); err != nil {
-		return nil, err
-	}
-	if err := b.extractStub(byPCR[pcrKernel], byPCR[pcrKernelArgs], events); err != nil {
-		return nil, err
-	}
-	b.addSystemd(sd)
+	b.interpretArgs(recs[pcrKernelArgs])
 	return b, nil
 }
 
@@ -199,29 +214,22 @@ func decodeLogs(fwLog, sdLog []byte) (*tcg.EventLog, []tcg.Event, []sdEvent, err
 	return el, raw, sd, nil
 }
 
-// seqEvent is an unverified firmware event with its place in the log
-// (EventLog.Events leaves Num unset; Verify numbers events from 1 after
-// the Spec ID event, and so does this).
-type seqEvent struct {
-	tcg.Event
-	seq uint32
-}
-
-// groupByPCR drops EV_NO_ACTION events, which extend nothing.
-func groupByPCR(raw []tcg.Event) map[int][]seqEvent {
-	out := map[int][]seqEvent{}
-	for i, e := range raw {
+// groupByPCR lists the unverified firmware events of each PCR in log
+// order; it drops EV_NO_ACTION events, which extend nothing.
+func groupByPCR(raw []tcg.Event) map[int][]tcg.Event {
+	out := map[int][]tcg.Event{}
+	for _, e := range raw {
 		if e.Type == tcg.NoAction {
 			continue
 		}
-		out[e.Index] = append(out[e.Index], seqEvent{e, uint32(i + 1)})
+		out[e.Index] = append(out[e.Index], e)
 	}
 	return out
 }
 
 // replayFirmware folds firmware events the way TPM2_PCR_Extend does,
 // from zero (the PCRs replayed here are never reset by an H-CRTM).
-func replayFirmware(events []seqEvent) [sha256.Size]byte {
+func replayFirmware(events []tcg.Event) [sha256.Size]byte {
 	var v [sha256.Size]byte
 	for _, e := range events {
 		v = Extend(v, [sha256.Size]byte(e.Digest))
@@ -232,7 +240,7 @@ func replayFirmware(events []seqEvent) [sha256.Size]byte {
 // replayRefusal names the lowest PCR whose firmware replay fails. PCR 0
 // may start from a locality or H-CRTM value go-eventlog knows about; when
 // the plain fold happens to match, the detail says so rather than guess.
-func replayRefusal(mrs []register.MR, byPCR map[int][]seqEvent) error {
+func replayRefusal(mrs []register.MR, byPCR map[int][]tcg.Event) error {
 	for _, mr := range mrs {
 		got := replayFirmware(byPCR[mr.Idx()])
 		if !bytes.Equal(got[:], mr.Dgst()) {
@@ -250,159 +258,180 @@ func mrIndices(mrs []register.MR) []int {
 	return out
 }
 
-// replayJoint replays a PCR that systemd extends after the firmware (and
-// PCR 11, whose phase words systemd 252 extends unlogged).
-func replayJoint(b *Boot, p int, quoted []byte, fw []seqEvent, sd []sdEvent) error {
-	v := replayFirmware(fw)
+// record is one extension of a PCR whichever log carried it: its digest
+// and the content the log claims was measured (a firmware event's data, a
+// systemd record's string). Nothing else a log says about an event is
+// kept, so no interpretation can depend on it.
+type record struct {
+	digest [sha256.Size]byte
+	data   []byte
+}
+
+// verified reports whether the record's content is what was measured.
+func (r record) verified() bool { return sha256.Sum256(r.data) == r.digest }
+
+// records lists a PCR's extensions in measured order: firmware events,
+// then systemd's (systemd only measures after the firmware is done).
+func records(fw []tcg.Event, sd []sdEvent) []record {
+	out := make([]record, 0, len(fw)+len(sd))
+	for _, e := range fw {
+		out = append(out, record{digest: [sha256.Size]byte(e.Digest), data: e.Data})
+	}
 	for _, e := range sd {
-		v = Extend(v, e.digest)
+		out = append(out, record{digest: e.digest, data: []byte(e.content)})
+	}
+	return out
+}
+
+// replayOwn replays a PCR this package interprets or that systemd
+// extends. For PCR 11 a replay that stops short may be completed by the
+// unlogged phase words of systemd 252, which it returns.
+func replayOwn(p int, quoted []byte, recs []record, withSystemd bool) (string, error) {
+	var v [sha256.Size]byte
+	for _, r := range recs {
+		v = Extend(v, r.digest)
 	}
 	if bytes.Equal(v[:], quoted) {
-		if p == pcrKernel {
-			b.Phase, b.PhaseKnown = sdPhase(sd), true
-		}
-		return nil
+		return "", nil
 	}
-	if p == pcrKernel && len(sd) == 0 {
+	if p == pcrKernel {
 		for _, phase := range candidatePhases() {
 			if got := ExtendPhase(v, phase); bytes.Equal(got[:], quoted) {
-				b.Phase, b.PhaseKnown = phase, true
-				return nil
+				return phase, nil
 			}
 		}
-		return mismatch("pcr %d: event log replays to %s, no boot phase extends that to the quoted %s", p, hex.EncodeToString(v[:]), hex.EncodeToString(quoted))
+		if !withSystemd {
+			return "", mismatch("pcr %d: event log replays to %s, no boot phase extends that to the quoted %s", p, hex.EncodeToString(v[:]), hex.EncodeToString(quoted))
+		}
 	}
-	return mismatch("pcr %d: event logs replay to %s, the quote holds %s", p, hex.EncodeToString(v[:]), hex.EncodeToString(quoted))
+	if !withSystemd {
+		return "", mismatch("pcr %d: firmware event log replays to %s, the quote holds %s", p, hex.EncodeToString(v[:]), hex.EncodeToString(quoted))
+	}
+	return "", mismatch("pcr %d: event logs replay to %s, the quote holds %s", p, hex.EncodeToString(v[:]), hex.EncodeToString(quoted))
 }
 
-// sdPhase joins the phase words systemd logged for PCR 11.
-func sdPhase(sd []sdEvent) string {
-	var words []string
-	for _, e := range sd {
-		if e.typ == "phase" {
-			words = append(words, e.content)
-		}
+// extractSecureBoot fills the Secure Boot state from replayed PCR 7
+// events with go-eventlog's extractor, which checks every event's data
+// against its digest and refuses event types unexpected in PCR 7.
+func (b *Boot) extractSecureBoot(events []tcg.Event) error {
+	if !has(events, pcrSecureBoot) {
+		return nil
 	}
-	return strings.Join(words, ":")
-}
-
-// extractFirmware fills the firmware, Secure Boot and boot-application
-// fields from replayed events with go-eventlog's extractors.
-func (b *Boot) extractFirmware(events []tcg.Event) error {
-	if has(events, pcrSecureBoot) {
-		sb, err := extract.ParseSecurebootState(events, extract.TPMRegisterConfig, extract.Opts{})
-		if err != nil {
-			return mismatch("pcr 7: %w", err)
-		}
-		if len(sb.PreSeparatorAuthority) != 0 {
-			return mismatch("pcr 7: %d authorities before the separator", len(sb.PreSeparatorAuthority))
-		}
-		b.SecureBoot = SecureBoot{
-			Enabled: sb.Enabled,
-			PK:      certPtrs(sb.PlatformKeys), PKHashes: sb.PlatformKeyHashes,
-			KEK: certPtrs(sb.ExchangeKeys), KEKHashes: sb.ExchangeKeyHashes,
-			DB: certPtrs(sb.PermittedKeys), DBHashes: sb.PermittedHashes,
-			DBX: certPtrs(sb.ForbiddenKeys), DBXHashes: sb.ForbiddenHashes,
-			Authorities: certPtrs(sb.PostSeparatorAuthority),
-		}
+	sb, err := extract.ParseSecurebootState(events, extract.TPMRegisterConfig, extract.Opts{})
+	if err != nil {
+		return mismatch("pcr 7: %w", err)
 	}
-	if has(events, 0) {
-		ps, err := extract.PlatformState(crypto.SHA256, events)
-		if err != nil {
-			return mismatch("pcr 0: %w", err)
-		}
-		b.Firmware = strings.TrimRight(decodeText(ps.GetScrtmVersionId()), "\x00")
-		for _, e := range events {
-			if e.Index == 0 && (e.Type == tcg.EFIPlatformFirmwareBlob || e.Type == tcg.EFIPlatformFirmwareBlob2) {
-				b.FirmwareBlobs = append(b.FirmwareBlobs, [sha256.Size]byte(e.Digest))
-			}
-		}
+	if len(sb.PreSeparatorAuthority) != 0 {
+		return mismatch("pcr 7: %d authorities before the separator", len(sb.PreSeparatorAuthority))
 	}
-	if has(events, pcrBootApps) {
-		efi, err := extract.EfiState(crypto.SHA256, events, extract.TPMRegisterConfig, extract.Opts{})
-		if err != nil {
-			return mismatch("pcr 4: %w", err)
-		}
-		for _, app := range efi.GetApps() {
-			if len(app.Digest) != sha256.Size {
-				return mismatch("pcr 4: boot application digest has %d bytes", len(app.Digest))
-			}
-			b.Applications = append(b.Applications, Application{Digest: [sha256.Size]byte(app.Digest), Role: RoleBootLoader})
-		}
+	b.SecureBoot = SecureBoot{
+		Enabled: sb.Enabled,
+		PK:      certPtrs(sb.PlatformKeys), PKHashes: sb.PlatformKeyHashes,
+		KEK: certPtrs(sb.ExchangeKeys), KEKHashes: sb.ExchangeKeyHashes,
+		DB: certPtrs(sb.PermittedKeys), DBHashes: sb.PermittedHashes,
+		DBX: certPtrs(sb.ForbiddenKeys), DBXHashes: sb.ForbiddenHashes,
+		Authorities: certPtrs(sb.PostSeparatorAuthority),
 	}
 	return nil
 }
 
-// extractStub reads systemd-stub's measurements: section name and
-// contents pairs in PCR 11, the passed command line and other stub events
-// in PCR 12. PCR 11 events have been replayed by replayJoint, PCR 12
-// events by either replay. It then marks the UKI among the applications:
-// the last one loaded before the first PCR 11 event.
-func (b *Boot) extractStub(kernel, args []seqEvent, replayed []tcg.Event) error {
-	for i := 0; i < len(kernel); i += 2 {
-		if i+1 == len(kernel) {
-			return mismatch("pcr 11: event %d is a section name without contents", kernel[i].seq)
+// The PCR 4 measurements that are structure, not applications: what the
+// firmware measures around boot attempts (TCG PC Client PFP, EV_EFI_ACTION
+// and EV_SEPARATOR), known by digest.
+var (
+	digestCallingApp   = sha256.Sum256([]byte("Calling EFI Application from Boot Option"))
+	digestReturningApp = sha256.Sum256([]byte("Returning from EFI Application from Boot Option"))
+	digestSeparator    = sha256.Sum256([]byte{0, 0, 0, 0})
+	digestSeparatorErr = sha256.Sum256([]byte{0xff, 0xff, 0xff, 0xff})
+)
+
+// extractApplications reads PCR 4 by digest alone: every measurement but
+// the structural ones is a boot application, so relabelling an event's
+// type or rewriting its data cannot hide an application from the policy.
+// A boot attempt ends where the firmware measured that an application
+// returned ("Returning from EFI Application from Boot Option", which EDK
+// II measures before it tries the next boot option). "Calling EFI
+// Application" does not start one: on QEMU's -kernel path OVMF loads (and
+// measures) the image before it signals ReadyToBoot.
+func (b *Boot) extractApplications(recs []record) {
+	attempt := 1
+	for _, r := range recs {
+		switch r.digest {
+		case digestReturningApp:
+			attempt++
+		case digestCallingApp, digestSeparator, digestSeparatorErr:
+		default:
+			b.Applications = append(b.Applications, Application{Digest: r.digest, Attempt: attempt})
 		}
-		name := strings.TrimSuffix(decodeText(kernel[i].Data), "\x00")
-		if want := sha256.Sum256(append([]byte(name), 0)); !bytes.Equal(kernel[i].Digest, want[:]) {
-			return mismatch("pcr 11: event %d is not a systemd-stub section name measurement", kernel[i].seq)
+	}
+}
+
+// interpretKernel reads PCR 11: systemd-stub's section pairs, then phase
+// words, then the unlogged phase suffix; anything else is unexplained.
+func (b *Boot) interpretKernel(recs []record, suffix string) error {
+	i := 0
+	for ; i < len(recs); i += 2 {
+		name, ok := sectionName(recs[i])
+		if !ok {
+			break
+		}
+		if i+1 == len(recs) {
+			return mismatch("pcr 11: measurement %d is a section name without contents", i+1)
 		}
 		if _, dup := b.Section(name); dup {
 			// systemd-stub measures each section once; a second pair is
 			// something else posing as a section.
-			return mismatch("pcr 11: section %s measured twice (event %d)", name, kernel[i].seq)
+			return mismatch("pcr 11: section %s measured twice (measurement %d)", name, i+1)
 		}
-		b.UKISections = append(b.UKISections, UKISection{Name: name, Digest: [sha256.Size]byte(kernel[i+1].Digest)})
+		b.UKISections = append(b.UKISections, UKISection{Name: name, Digest: recs[i+1].digest})
 	}
-	for _, e := range args {
-		text := decodeText(e.Data)
-		digest := [sha256.Size]byte(e.Digest)
-		if sum := sha256.Sum256(e.Data); bytes.Equal(sum[:], e.Digest) && !b.CmdlinePassed {
-			// systemd-stub measures the load options as UTF-16 with
-			// their NUL and logs the same bytes.
-			b.Cmdline, b.CmdlinePassed = strings.TrimRight(text, "\x00"), true
+	var words []string
+	for j := i; j < len(recs); j++ {
+		if w, ok := phaseWord(recs[j]); ok {
+			words = append(words, w)
 			continue
 		}
-		b.Systemd = append(b.Systemd, SystemdEvent{PCR: pcrKernelArgs, Type: "stub", Content: strings.TrimRight(text, "\x00"), Digest: digest})
+		b.Unexplained = append(b.Unexplained, Measurement{PCR: pcrKernel, Index: j + 1, Digest: recs[j].digest})
 	}
-	b.markUKI(kernel, replayed)
+	if suffix != "" {
+		words = append(words, strings.Split(suffix, ":")...)
+	}
+	b.Phase, b.PhaseKnown = strings.Join(words, ":"), true
 	return nil
 }
 
-func (b *Boot) markUKI(kernel []seqEvent, replayed []tcg.Event) {
-	if len(kernel) == 0 || len(b.Applications) == 0 {
-		return
+// sectionName is systemd-stub's section name measurement: the ASCII name
+// with its NUL is measured, the log carries it as UTF-16 (or, moved to
+// another log, as it is).
+func sectionName(r record) (string, bool) {
+	name := strings.TrimSuffix(decodeText(r.data), "\x00")
+	if name == "" || sha256.Sum256(append([]byte(name), 0)) != r.digest {
+		return "", false
 	}
-	first := kernel[0].seq
-	uki := -1
-	n := 0
-	for _, e := range replayed {
-		if e.Index != pcrBootApps || e.Type != tcg.EFIBootServicesApplication {
-			continue
-		}
-		if n < len(b.Applications) && e.Num() < first {
-			uki = n
-		}
-		n++
-	}
-	if uki < 0 {
-		return
-	}
-	b.Applications[uki].Role = RoleUKI
-	for i := uki + 1; i < len(b.Applications); i++ {
-		b.Applications[i].Role = RoleUKIPayload
-	}
+	return name, true
 }
 
-// addSystemd records the userspace log; phase, machine-id and other
-// string events are marked verified when the digest is the string's.
-func (b *Boot) addSystemd(sd []sdEvent) {
-	for _, e := range sd {
-		sum := sha256.Sum256([]byte(e.content))
-		b.Systemd = append(b.Systemd, SystemdEvent{
-			PCR: e.pcr, Type: e.typ, Content: e.content,
-			ContentVerified: sum == e.digest, Digest: e.digest,
-		})
+// phaseWord is a boot-phase measurement: a word whose digest is its
+// content. A word with ':' is not one: the phase joins words with it.
+func phaseWord(r record) (string, bool) {
+	w := string(r.data)
+	if w == "" || !r.verified() || strings.ContainsAny(w, ":\x00") {
+		return "", false
+	}
+	return w, true
+}
+
+// interpretArgs reads PCR 12: the first content-verified measurement is
+// the command line passed to systemd-stub (which measures the load
+// options as UTF-16 with their NUL and logs the same bytes); anything
+// else is unexplained.
+func (b *Boot) interpretArgs(recs []record) {
+	for j, r := range recs {
+		if r.verified() && !b.CmdlinePassed {
+			b.Cmdline, b.CmdlinePassed = strings.TrimRight(decodeText(r.data), "\x00"), true
+			continue
+		}
+		b.Unexplained = append(b.Unexplained, Measurement{PCR: pcrKernelArgs, Index: j + 1, Digest: r.digest})
 	}
 }
 

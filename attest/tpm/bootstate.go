@@ -6,21 +6,48 @@ import (
 )
 
 // Boot is the verified, typed view of what the event logs say was
-// measured. Every field comes from an event whose PCR replayed to the quoted
-// value (see verifyBoot); nothing unverified is copied. It is the input of
-// the component policy and what `latchkey-agent measure` prints.
+// measured: the input of the component policy and what `latchkey-agent
+// measure` prints.
+//
+// The rule: every field comes from an event whose content hashes to its
+// digest, or from the digest itself, in a PCR that replayed to its quoted
+// value. Nothing a log says without the digest proving it is copied:
+// event types, systemd's eventType labels, descriptions, the order of
+// events across PCRs and which of the two logs carried an event are all
+// unmeasured, and no field depends on them. An event in PCR 11 or 12 that
+// is neither content-verified nor one of the kinds below is kept as
+// Unexplained, by PCR, position and digest, and the component policy
+// refuses it unless its digest is in boot.extraMeasurements.
+//
+// The events interpreted, by PCR:
+//
+//   - PCR 4 (firmware log only): by digest alone. The digests of the EFI
+//     actions "Calling EFI Application from Boot Option" and "Returning
+//     from EFI Application from Boot Option" (which ends a boot attempt)
+//     and of the separators (0x00000000, 0xFFFFFFFF) are structure; every
+//     other event is a boot application, whatever its event type says,
+//     identified by its digest (the PE image's Authenticode hash).
+//   - PCR 7 (firmware log only): go-eventlog's Secure Boot extraction,
+//     which requires every event's data to hash to its digest and refuses
+//     any event type it does not expect there.
+//   - PCR 11 (both logs, firmware events first): a prefix of
+//     systemd-stub section pairs, the first event's content hashing to
+//     the section name with its NUL, the second's digest (the section's
+//     contents) judged alone; then boot-phase words, each event's content
+//     hashing to its digest; then, when the replay stops short of the
+//     quote, the unlogged phase words of systemd 252 that extend it to
+//     the quoted value (StandardPhases).
+//   - PCR 12 (both logs): the first event whose content hashes to its
+//     digest is the command line passed to systemd-stub.
+//
+// Systemd records in PCRs 0-7 are refused: only firmware measures there.
+// Other PCRs (PCR 0's firmware, PCR 9's initrd, PCR 15's machine id) are
+// replayed but not interpreted; a policy judges them by value.
 type Boot struct {
-	// Firmware is the platform firmware's S-CRTM version string (PCR 0;
-	// OVMF logs an empty one).
-	Firmware string
-	// FirmwareBlobs are the digests of the firmware volumes measured into
-	// PCR 0 (EV_EFI_PLATFORM_FIRMWARE_BLOB, BLOB2), in log order.
-	FirmwareBlobs [][sha256.Size]byte
 	// SecureBoot is the Secure Boot state and databases (PCR 7).
 	SecureBoot SecureBoot
-	// Applications are the EFI boot applications in load order (PCR 4,
-	// EV_EFI_BOOT_SERVICES_APPLICATION): boot loaders, the UKI, and what
-	// the UKI loads itself.
+	// Applications are the EFI boot applications in PCR 4, in measured
+	// order.
 	Applications []Application
 	// UKISections are the sections systemd-stub measured into PCR 11, in
 	// measurement order; empty when no systemd-stub ran.
@@ -35,9 +62,20 @@ type Boot struct {
 	// first one. PhaseKnown is false when PCR 11 is not in the logs.
 	Phase      string
 	PhaseKnown bool
-	// Systemd are systemd's userspace measurements (tpm2-measure.log) and
-	// systemd-stub's PCR 12/13 measurements other than the command line.
-	Systemd []SystemdEvent
+	// Unexplained are the measurements in PCR 11 and 12 that are neither
+	// content-verified nor of a kind interpreted above, in PCR and
+	// measurement order.
+	Unexplained []Measurement
+}
+
+// Measurement names one event of a PCR by what is measured about it.
+type Measurement struct {
+	PCR int
+	// Index is the event's 1-based position among the PCR's extensions
+	// (firmware log, then systemd log): the measured order, the same
+	// whichever log carried it.
+	Index  int
+	Digest [sha256.Size]byte
 }
 
 // SecureBoot is the verified Secure Boot configuration.
@@ -53,29 +91,16 @@ type SecureBoot struct {
 	Authorities []*x509.Certificate
 }
 
-// Application is one EFI boot application.
+// Application is one EFI boot application (PCR 4).
 type Application struct {
 	// Digest is the PE image's Authenticode SHA-256 digest.
 	Digest [sha256.Size]byte
-	// Role says what it is in the boot chain.
-	Role AppRole
+	// Attempt is the boot attempt that loaded it, from 1: one more than
+	// the "Returning from EFI Application from Boot Option" measurements
+	// before it in PCR 4 (the firmware measures one when a boot option's
+	// application returned and it tries the next).
+	Attempt int
 }
-
-// AppRole classifies a boot application by its place in the chain.
-type AppRole string
-
-const (
-	// RoleBootLoader: an application before the UKI (shim, systemd-boot),
-	// or every application when no systemd-stub ran.
-	RoleBootLoader AppRole = "boot loader"
-	// RoleUKI: the last application loaded before systemd-stub measured
-	// its sections into PCR 11.
-	RoleUKI AppRole = "uki"
-	// RoleUKIPayload: an application loaded after the UKI's stub started
-	// (newer systemd-stub loads the embedded kernel with LoadImage); its
-	// bytes are part of the UKI and covered by the UKI's digest.
-	RoleUKIPayload AppRole = "uki payload"
-)
 
 // UKISection is one systemd-stub PCR 11 measurement.
 type UKISection struct {
@@ -83,30 +108,6 @@ type UKISection struct {
 	Name string
 	// Digest is SHA-256 of the section's contents.
 	Digest [sha256.Size]byte
-}
-
-// SystemdEvent is one systemd measurement outside the UKI's sections.
-type SystemdEvent struct {
-	PCR int
-	// Type is systemd's eventType ("phase", "volume-key", "filesystem",
-	// "machine-id", …) or, for systemd-stub events, "stub".
-	Type string
-	// Content is the measured string when the digest proves it (phases,
-	// machine id, file systems, volume names); otherwise the
-	// description the log gives, marked by ContentVerified false.
-	Content         string
-	ContentVerified bool
-	Digest          [sha256.Size]byte
-}
-
-// UKI returns the application systemd-stub ran from, if any.
-func (b *Boot) UKI() (Application, bool) {
-	for _, a := range b.Applications {
-		if a.Role == RoleUKI {
-			return a, true
-		}
-	}
-	return Application{}, false
 }
 
 // Section returns the UKI section called name, if measured.

@@ -49,6 +49,12 @@ type BootPolicy struct {
 	// DefaultPCR11Phases, the phases the agent runs in), so a signature
 	// meant for the initrd does not admit a machine stopped there.
 	PCR11Phases []string `json:"pcr11Phases,omitempty"`
+	// ExtraMeasurements are "sha256:<hex>" digests of measurements in PCR
+	// 11 or 12 that the verifier cannot read (systemd-stub's credentials
+	// and add-ons, anything measured there that is neither a section, a
+	// phase word nor the command line) and that are accepted by digest.
+	// Empty (the default): any such measurement refuses the machine.
+	ExtraMeasurements []string `json:"extraMeasurements,omitempty"`
 }
 
 // SecureBootPolicy is the Secure Boot part of BootPolicy.
@@ -79,6 +85,7 @@ type compiledBoot struct {
 	db             [][]byte // DER
 	signers        []pcrSigner
 	phases         []string
+	extra          [][sha256.Size]byte
 }
 
 func compileBoot(p *BootPolicy) (*compiledBoot, error) {
@@ -91,6 +98,9 @@ func compileBoot(p *BootPolicy) (*compiledBoot, error) {
 		return nil, err
 	}
 	if c.loaders, err = parseDigests("boot.bootLoaders", p.BootLoaders); err != nil {
+		return nil, err
+	}
+	if c.extra, err = parseDigests("boot.extraMeasurements", p.ExtraMeasurements); err != nil {
 		return nil, err
 	}
 	for _, cl := range p.KernelCmdlines {
@@ -156,12 +166,15 @@ func digestName(d [sha256.Size]byte) string { return "sha256:" + hex.EncodeToStr
 // check compares a verified state with the component policy. The checks,
 // in order, each with its reason:
 //
-//  1. EVENT_LOG_MISMATCH: the evidence carried a firmware event log.
+//  1. EVENT_LOG_MISMATCH: the evidence carried a firmware event log, and
+//     every measurement in PCR 11 and 12 the verifier cannot read
+//     (Boot.Unexplained) is in extraMeasurements.
 //  2. SECURE_BOOT_REQUIRED: Secure Boot is on unless allowed off; when
 //     on, every db certificate is in dbCertificates.
-//  3. COMPONENT_NOT_ALLOWED: every boot loader is in bootLoaders; a UKI
-//     was measured if ukis or pcr11Signers are set; the UKI is in ukis
-//     or, failing that, pcr11Signers are set (step 4 decides).
+//  3. COMPONENT_NOT_ALLOWED: the boot applications fit the policy (see
+//     placeApplications); a UKI was measured if ukis or pcr11Signers are
+//     set; the UKI is in ukis or, failing that, pcr11Signers are set
+//     (step 4 decides).
 //  4. PCR_SIGNATURE_INVALID (UKI not in ukis): PCR 11 is in one of
 //     pcr11Phases, and the signature JSON holds an entry whose policy
 //     digest is PolicyPCRDigest of the quoted PCR 11, signed by a listed
@@ -173,15 +186,20 @@ func (c *compiledBoot) check(st *State) error {
 	if b == nil {
 		return mismatch("the policy checks boot components, the evidence carries no firmware event log")
 	}
+	for _, m := range b.Unexplained {
+		if !slices.Contains(c.extra, m.Digest) {
+			return mismatch("pcr %d: measurement %d (%s) is neither content-verified nor explained by the policy (boot.extraMeasurements)", m.PCR, m.Index, digestName(m.Digest))
+		}
+	}
 	if err := c.checkSecureBoot(b); err != nil {
 		return err
 	}
-	ukiAdmitted, err := c.checkApplications(b)
+	uki, ukiAdmitted, err := c.checkApplications(b)
 	if err != nil {
 		return err
 	}
 	if !ukiAdmitted {
-		if err := c.checkPCR11Signature(st); err != nil {
+		if err := c.checkPCR11Signature(st, uki); err != nil {
 			return err
 		}
 	}
@@ -205,33 +223,67 @@ func (c *compiledBoot) checkSecureBoot(b *Boot) error {
 
 func certDigest(c *x509.Certificate) string { return digestName(sha256.Sum256(c.Raw)) }
 
-// checkApplications is step 3; it reports whether the UKI is in ukis.
-func (c *compiledBoot) checkApplications(b *Boot) (bool, error) {
-	uki, hasUKI := b.UKI()
-	for _, a := range b.Applications {
-		if a.Role == RoleBootLoader && !slices.Contains(c.loaders, a.Digest) {
-			return false, attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "boot loader %s in pcr 4 is not allowed", digestName(a.Digest))
+// checkApplications is step 3. The logs cannot say which PCR 4
+// application systemd-stub ran from (that is the order of events across
+// PCRs, which nothing measures), so the policy places them: in the boot
+// attempt that ran systemd-stub, boot loaders (bootLoaders), then the UKI,
+// then what the UKI loaded itself (newer systemd-stub loads the embedded
+// kernel with LoadImage; its bytes are covered by the UKI's digest). The
+// UKI is the first application in ukis; failing that, with pcr11Signers,
+// the first one not in bootLoaders, which step 4 judges by PCR 11. Every
+// application of every other boot attempt, and every application when no
+// systemd-stub ran, must be a boot loader. It returns the UKI and whether
+// ukis admitted it.
+func (c *compiledBoot) checkApplications(b *Boot) (Application, bool, error) {
+	apps := b.Applications
+	if len(b.UKISections) == 0 {
+		if err := c.checkLoaders(apps); err != nil {
+			return Application{}, false, err
 		}
-	}
-	if !hasUKI {
 		if len(c.ukis) > 0 || len(c.signers) > 0 {
-			return false, attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "no uki in pcr 4: pcr 11 holds no systemd-stub section measurements")
+			return Application{}, false, attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "no uki in pcr 4: pcr 11 holds no systemd-stub section measurements")
 		}
-		return true, nil
+		return Application{}, true, nil
 	}
-	if slices.Contains(c.ukis, uki.Digest) {
-		return true, nil
+	u := slices.IndexFunc(apps, func(a Application) bool { return slices.Contains(c.ukis, a.Digest) })
+	listed := u >= 0
+	if !listed {
+		u = slices.IndexFunc(apps, func(a Application) bool { return !slices.Contains(c.loaders, a.Digest) })
+	}
+	if u < 0 {
+		return Application{}, false, attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "no uki in pcr 4: systemd-stub measured pcr 11, every application is a boot loader")
+	}
+	uki := apps[u]
+	var others []Application
+	for i, a := range apps {
+		if i < u || a.Attempt != uki.Attempt {
+			others = append(others, a)
+		}
+	}
+	if err := c.checkLoaders(others); err != nil {
+		return uki, false, err
+	}
+	if listed {
+		return uki, true, nil
 	}
 	if len(c.signers) == 0 {
-		return false, attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "uki %s in pcr 4 is not allowed", digestName(uki.Digest))
+		return uki, false, attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "uki %s in pcr 4 is not allowed", digestName(uki.Digest))
 	}
-	return false, nil
+	return uki, false, nil
+}
+
+func (c *compiledBoot) checkLoaders(apps []Application) error {
+	for _, a := range apps {
+		if !slices.Contains(c.loaders, a.Digest) {
+			return attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "boot loader %s in pcr 4 is not allowed", digestName(a.Digest))
+		}
+	}
+	return nil
 }
 
 // checkPCR11Signature is step 4.
-func (c *compiledBoot) checkPCR11Signature(st *State) error {
+func (c *compiledBoot) checkPCR11Signature(st *State, uki Application) error {
 	b := st.Boot
-	uki, _ := b.UKI()
 	if !b.PhaseKnown || !slices.Contains(c.phases, b.Phase) {
 		return attest.Refuse(latchkeyv1.Reason_PCR_SIGNATURE_INVALID, "uki %s: pcr 11 is in boot phase %q, the policy accepts %q", digestName(uki.Digest), b.Phase, c.phases)
 	}

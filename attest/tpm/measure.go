@@ -2,12 +2,15 @@ package tpm
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/google/go-eventlog/register"
+	"github.com/google/go-eventlog/tcg"
 	"github.com/google/go-tpm/tpm2"
 )
 
@@ -78,23 +81,24 @@ func ekHashOf(raw []byte) (string, error) {
 }
 
 // MeasureBoot is the component view of the machine it runs on: its event
-// logs replayed against its current PCRs (VerifyBoot). It returns nil and
-// no error when the machine has no firmware event log.
-func MeasureBoot(ctx context.Context, device string, paths LogPaths) (*Boot, error) {
+// logs replayed against its current PCRs (VerifyBoot), and the component
+// policy that admits exactly it. It returns nils and no error when the
+// machine has no firmware event log.
+func MeasureBoot(ctx context.Context, device string, paths LogPaths) (*Boot, *BootPolicy, error) {
 	l, err := readLogs(paths.withDefaults())
 	if err != nil {
-		return nil, fmt.Errorf("tpm measure: %w", err)
+		return nil, nil, fmt.Errorf("tpm measure: %w", err)
 	}
 	if len(l.fw) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	touched, err := touchedPCRs(l)
 	if err != nil {
-		return nil, fmt.Errorf("tpm measure: %w", err)
+		return nil, nil, fmt.Errorf("tpm measure: %w", err)
 	}
 	c, err := open(device)
 	if err != nil {
-		return nil, fmt.Errorf("tpm measure: %w", err)
+		return nil, nil, fmt.Errorf("tpm measure: %w", err)
 	}
 	stop := c.interruptible(ctx)
 	values, err := readPCRs(c, slices.Sorted(slices.Values(touched)))
@@ -103,7 +107,7 @@ func MeasureBoot(ctx context.Context, device string, paths LogPaths) (*Boot, err
 		err = errors.Join(err, cerr)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("tpm measure: %w", err)
+		return nil, nil, fmt.Errorf("tpm measure: %w", err)
 	}
 	pcrs := make(map[int][32]byte, len(values))
 	for p, v := range values {
@@ -111,28 +115,33 @@ func MeasureBoot(ctx context.Context, device string, paths LogPaths) (*Boot, err
 	}
 	b, err := VerifyBoot(pcrs, l.fw, l.sd)
 	if err != nil {
-		return nil, fmt.Errorf("tpm measure: %w", err)
+		return nil, nil, fmt.Errorf("tpm measure: %w", err)
 	}
-	return b, nil
+	return b, componentPolicy(b, ukiByLogOrder(l.fw)), nil
 }
 
-// ComponentPolicy is the component policy that admits exactly b: its boot
-// loaders and UKI, its passed command line, its Secure Boot state and db,
-// and its boot phase. The UKI's built-in .cmdline is only known by digest,
-// so with a passed command line an operator adds the UKI's text
-// (`latchkey-verifier policy predict` prints it).
-func ComponentPolicy(b *Boot) *BootPolicy {
+// componentPolicy is the component policy that admits exactly b: its
+// boot loaders and UKI, its passed command line, its Secure Boot state and
+// db, and its boot phase. uki is the index in b.Applications of the UKI
+// (-1: none), which only the machine's own log order tells (ukiByLogOrder);
+// the verifier never reads that order. The UKI's built-in .cmdline is only
+// known by digest, so with a passed command line an operator adds the
+// UKI's text (`latchkey-verifier policy predict` prints it).
+func componentPolicy(b *Boot, uki int) *BootPolicy {
 	p := &BootPolicy{}
-	for _, a := range b.Applications {
-		switch a.Role {
-		case RoleBootLoader:
-			p.BootLoaders = append(p.BootLoaders, digestName(a.Digest))
-		case RoleUKI:
+	for i, a := range b.Applications {
+		switch {
+		case i == uki:
 			p.UKIs = append(p.UKIs, digestName(a.Digest))
+		case uki < 0 || i < uki || a.Attempt != b.Applications[uki].Attempt:
+			p.BootLoaders = append(p.BootLoaders, digestName(a.Digest))
 		}
 	}
 	if b.CmdlinePassed {
 		p.KernelCmdlines = []string{b.Cmdline}
+	}
+	for _, m := range b.Unexplained {
+		p.ExtraMeasurements = append(p.ExtraMeasurements, digestName(m.Digest))
 	}
 	p.SecureBoot.AllowDisabled = !b.SecureBoot.Enabled
 	if b.SecureBoot.Enabled {
@@ -144,4 +153,34 @@ func ComponentPolicy(b *Boot) *BootPolicy {
 		p.PCR11Phases = []string{b.Phase}
 	}
 	return p
+}
+
+// ukiByLogOrder is the index in the PCR 4 applications of the last one
+// the firmware log shows before systemd-stub's first PCR 11 measurement,
+// or -1. The order of events across PCRs is not measured, so only the
+// machine itself, reading its own log, may use it.
+func ukiByLogOrder(fwLog []byte) int {
+	el, err := tcg.ParseEventLog(fwLog, tcg.ParseOpts{})
+	if err != nil {
+		return -1
+	}
+	uki, n := -1, 0
+	for _, e := range el.Events(register.HashSHA256) {
+		if e.Type == tcg.NoAction || len(e.Digest) != sha256.Size {
+			continue
+		}
+		if e.Index == pcrKernel {
+			return uki
+		}
+		if e.Index != pcrBootApps {
+			continue
+		}
+		switch [sha256.Size]byte(e.Digest) {
+		case digestCallingApp, digestReturningApp, digestSeparator, digestSeparatorErr:
+		default:
+			uki = n
+			n++
+		}
+	}
+	return -1
 }

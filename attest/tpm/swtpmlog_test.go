@@ -106,11 +106,10 @@ func TestSwtpmUnloggedMeasurementIsRefused(t *testing.T) {
 // component policy, admits that machine's join.
 func TestMeasureBootPolicyAdmitsTheMachine(t *testing.T) {
 	m := newMeasuredSwtpm(t)
-	b, err := tpm.MeasureBoot(context.Background(), m.sim.Device, m.paths)
+	b, bp, err := tpm.MeasureBoot(context.Background(), m.sim.Device, m.paths)
 	if err != nil || b == nil {
 		t.Fatalf("MeasureBoot: %v %v", b, err)
 	}
-	bp := tpm.ComponentPolicy(b)
 	if len(bp.UKIs) != 1 || bp.UKIs[0] != dgst(ukiDigest) || len(bp.SecureBoot.DBCertificates) != 1 || bp.PCR11Phases[0] != sysinit {
 		t.Fatalf("component policy = %+v", bp)
 	}
