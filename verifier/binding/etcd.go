@@ -3,10 +3,13 @@ package binding
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -100,6 +103,10 @@ type Etcd struct {
 	now     func() time.Time
 	log     *slog.Logger
 	observe func(op string, d time.Duration, err error)
+	// endpoints and tls (nil when insecure) are kept for Check's
+	// diagnosis.
+	endpoints []string
+	tls       *tls.Config
 	// beforeSwap, when set (tests), runs between the read and the
 	// compare-and-swap of an update.
 	beforeSwap func()
@@ -142,7 +149,7 @@ func NewEtcd(cfg EtcdConfig) (*Etcd, error) {
 		return nil, fmt.Errorf("binding: etcd: %w", err)
 	}
 	return &Etcd{cli: cli, prefix: cfg.Prefix + "bindings/", timeout: cfg.RequestTimeout, now: cfg.Now,
-		log: cfg.Logger.With(logkey.Component, "binding"), observe: cfg.Observe}, nil
+		log: cfg.Logger.With(logkey.Component, "binding"), observe: cfg.Observe, endpoints: cfg.Endpoints, tls: cc.TLS}, nil
 }
 
 // Close closes the connection to etcd.
@@ -593,7 +600,7 @@ func (e *Etcd) Check(ctx context.Context) (EtcdStatus, error) {
 		return nil
 	})
 	if err != nil {
-		return EtcdStatus{}, errors.Unwrap(err)
+		return EtcdStatus{}, errors.Join(errors.Unwrap(err), e.diagnose())
 	}
 	recs, err := e.List(ctx)
 	var skipped *EtcdSkippedError
@@ -601,4 +608,60 @@ func (e *Etcd) Check(ctx context.Context) (EtcdStatus, error) {
 		return EtcdStatus{}, errors.Unwrap(err)
 	}
 	return EtcdStatus{Records: len(recs), Skipped: skipped}, nil
+}
+
+// diagnose connects to every endpoint and reports the ones that cannot
+// be reached or refuse this verifier's TLS: a rejected client
+// certificate surfaces only as a timeout through the etcd client, which
+// retries, so Check says which endpoint refused it and why.
+func (e *Etcd) diagnose() error {
+	var errs []error
+	for _, ep := range e.endpoints {
+		u, err := url.Parse(ep)
+		if err != nil {
+			continue
+		}
+		if err := probeEndpoint(u.Host, e.tls, e.timeout); err != nil {
+			errs = append(errs, fmt.Errorf("endpoint %s: %w", ep, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// probeEndpoint dials addr (with TLS when tc is set) and reads once: a
+// server that rejects the client certificate answers with a TLS alert,
+// which the read returns (TLS 1.3 sends it after the handshake).
+func probeEndpoint(addr string, tc *tls.Config, timeout time.Duration) error {
+	d := &net.Dialer{Timeout: timeout}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if tc == nil {
+		return nil
+	}
+	tc = tc.Clone()
+	if tc.ServerName == "" {
+		tc.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	tconn := tls.Client(conn, tc)
+	_ = tconn.SetDeadline(time.Now().Add(timeout))
+	if err := tconn.Handshake(); err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	// The client's HTTP/2 preface makes the server answer (or alert).
+	if _, err := tconn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")); err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	_ = tconn.SetReadDeadline(time.Now().Add(time.Second))
+	var b [1]byte
+	if _, err := tconn.Read(b[:]); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		return fmt.Errorf("tls: %w", err)
+	}
+	return nil
 }
