@@ -243,6 +243,16 @@ func (m *Member) Kill() {
 	<-done
 }
 
+// PID is the member's process ID (0 when it is not running).
+func (m *Member) PID() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil {
+		return 0
+	}
+	return m.cmd.Process.Pid
+}
+
 func (m *Member) exited() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
