@@ -163,11 +163,18 @@ func validateEtcdPrefix(p string) error {
 	return nil
 }
 
-// newEtcdStore opens the etcd store of cfg.
+// newEtcdStore opens the etcd store of cfg. It does not wait for etcd
+// (a join that finds it unreachable is refused UNAVAILABLE), but an
+// unreadable certificate or key is the operator's to fix: ErrConfig, so
+// the unit does not restart in a loop.
 func newEtcdStore(cfg *Config, deps Deps, observe func(op string, d time.Duration, err error)) (*binding.Etcd, error) {
 	e := cfg.Identity.Etcd
-	return binding.NewEtcd(binding.EtcdConfig{Endpoints: e.Endpoints, CAFile: e.CAFile, CertFile: e.CertFile, KeyFile: e.KeyFile,
+	s, err := binding.NewEtcd(binding.EtcdConfig{Endpoints: e.Endpoints, CAFile: e.CAFile, CertFile: e.CertFile, KeyFile: e.KeyFile,
 		Insecure: e.Insecure, Prefix: e.Prefix, RequestTimeout: e.RequestTimeout.Duration, Logger: deps.Logger, Observe: observe})
+	if err != nil {
+		return nil, fmt.Errorf("%w: identity.etcd: %w", ErrConfig, err)
+	}
+	return s, nil
 }
 
 // OpenEtcdStore validates cfg and opens its etcd store, for the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -99,5 +100,17 @@ func TestEtcdReplicasShareBindings(t *testing.T) {
 	}
 	if _, err := joinVia(t, rs[1], vm1.Issuer(), req("node-1", diskA, true, false)); err != nil {
 		t.Fatalf("rejoin after the quorum returned: %v", err)
+	}
+}
+
+// A client certificate that cannot be read is a configuration error
+// (exit 2, no restart loop), naming identity.etcd and the file.
+func TestEtcdUnreadableCertificateIsConfigError(t *testing.T) {
+	_, cfg := verifierFiles(t, map[string]any{"snp": snptest.New(t).Policy()}, randomSecret(), "test-cluster")
+	missing := filepath.Join(t.TempDir(), "etcd.crt")
+	cfg.Identity = app.Identity{Etcd: &app.Etcd{Endpoints: []string{"https://127.0.0.1:2379"}, CAFile: missing, CertFile: missing, KeyFile: missing}}
+	_, err := app.New(cfg, app.Deps{Logger: slog.New(slog.DiscardHandler)})
+	if !errors.Is(err, app.ErrConfig) || !strings.Contains(err.Error(), "identity.etcd: binding: etcd client TLS: ") || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("err = %v", err)
 	}
 }
