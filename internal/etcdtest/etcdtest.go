@@ -160,6 +160,23 @@ func (c *Cluster) Endpoints() []string {
 	return out
 }
 
+// ClientAs is a client of every member authenticating with another
+// client certificate (whose CN etcd takes as the user name when
+// authentication is enabled), closed when the test ends.
+func (c *Cluster) ClientAs(tb testing.TB, certFile, keyFile string) *clientv3.Client {
+	tb.Helper()
+	tc, err := transport.TLSInfo{CertFile: certFile, KeyFile: keyFile, TrustedCAFile: c.CAFile}.ClientConfig()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tc})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	return cli
+}
+
 // Client is an etcd client of the cluster (the test's own, for setup and
 // inspection), closed when the test ends.
 func (c *Cluster) Client(tb testing.TB, members ...*Member) *clientv3.Client {

@@ -277,3 +277,23 @@ func TestEtcdImport(t *testing.T) {
 		t.Fatalf("a conflicting import wrote %+v", got)
 	}
 }
+
+// insecure (plain HTTP, no client certificate) works against a loopback
+// member; the configuration allows it nowhere else.
+func TestEtcdInsecureLoopback(t *testing.T) {
+	c := etcdtest.StartInsecure(t)
+	s, err := binding.NewEtcd(binding.EtcdConfig{Endpoints: c.Endpoints(), Insecure: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !strings.HasPrefix(c.Endpoints()[0], "http://127.0.0.1:") {
+		t.Fatalf("endpoint %s", c.Endpoints()[0])
+	}
+	if _, err := s.Claim(context.Background(), binding.Disk, diskU, idA); err != nil {
+		t.Fatal(err)
+	}
+	if r := get(t, s, diskU); r.Identity != idA {
+		t.Fatalf("record %+v", r)
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/latchkey/latchkey/internal/etcdtest"
 	"github.com/latchkey/latchkey/internal/pkitest"
 	"github.com/latchkey/latchkey/verifier/binding"
@@ -181,3 +183,41 @@ func sameRecords(a, b []binding.Record) bool {
 	slices.Sort(kb)
 	return slices.Equal(ka, kb)
 }
+
+// With etcd authentication on, store check proves the permissions the
+// verifier needs: a user that may only read the prefix fails on the
+// write (naming etcd's refusal), one that may read and write passes.
+func TestStoreCheckPermissions(t *testing.T) {
+	c := etcdtest.StartTLS(t, 1)
+	ctx := context.Background()
+	rootCert, rootKey := c.ClientCert(t, "root")
+	root := c.ClientAs(t, rootCert, rootKey)
+	end := clientv3.GetPrefixRangeEnd("/site-a/")
+	steps := []func() error{
+		func() error { _, err := root.UserAddWithOptions(ctx, "root", "", &clientv3.UserAddOptions{NoPassword: true}); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err },
+	}
+	for user, perm := range map[string]clientv3.PermissionType{"reader": clientv3.PermissionType(clientv3.PermRead), "latchkey-verifier": clientv3.PermissionType(clientv3.PermReadWrite)} {
+		steps = append(steps,
+			func() error { _, err := root.RoleAdd(ctx, user); return err },
+			func() error { _, err := root.RoleGrantPermission(ctx, user, "/site-a/", end, perm); return err },
+			func() error { _, err := root.UserAddWithOptions(ctx, user, "", &clientv3.UserAddOptions{NoPassword: true}); return err },
+			func() error { _, err := root.UserGrantRole(ctx, user, user); return err })
+	}
+	steps = append(steps, func() error { _, err := root.AuthEnable(ctx); return err })
+	for i, step := range steps {
+		if err := step(); err != nil {
+			t.Fatalf("auth setup step %d: %v", i, err)
+		}
+	}
+	readerCert, readerKey := c.ClientCert(t, "reader")
+	code, out, errs := runCLI(t, "store", "check", "--config", etcdConfig(t, c, readerCert, readerKey))
+	if code != exitcode.Failed || !strings.Contains(errs, "etcd check /site-a/check/probe: write: etcdserver: permission denied") {
+		t.Fatalf("read-only user: exit %d, %q %q", code, out, errs)
+	}
+	code, out, errs = runCLI(t, "store", "check", "--config", etcdConfig(t, c, c.CertFile, c.KeyFile))
+	if code != exitcode.OK || !strings.Contains(out, "read and write allowed, 0 records") {
+		t.Fatalf("read-write user: exit %d, %q %q", code, out, errs)
+	}
+}
+
