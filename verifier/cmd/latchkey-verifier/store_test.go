@@ -194,14 +194,20 @@ func TestStoreCheckPermissions(t *testing.T) {
 	root := c.ClientAs(t, rootCert, rootKey)
 	end := clientv3.GetPrefixRangeEnd("/site-a/")
 	steps := []func() error{
-		func() error { _, err := root.UserAddWithOptions(ctx, "root", "", &clientv3.UserAddOptions{NoPassword: true}); return err },
+		func() error {
+			_, err := root.UserAddWithOptions(ctx, "root", "", &clientv3.UserAddOptions{NoPassword: true})
+			return err
+		},
 		func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err },
 	}
 	for user, perm := range map[string]clientv3.PermissionType{"reader": clientv3.PermissionType(clientv3.PermRead), "latchkey-verifier": clientv3.PermissionType(clientv3.PermReadWrite)} {
 		steps = append(steps,
 			func() error { _, err := root.RoleAdd(ctx, user); return err },
 			func() error { _, err := root.RoleGrantPermission(ctx, user, "/site-a/", end, perm); return err },
-			func() error { _, err := root.UserAddWithOptions(ctx, user, "", &clientv3.UserAddOptions{NoPassword: true}); return err },
+			func() error {
+				_, err := root.UserAddWithOptions(ctx, user, "", &clientv3.UserAddOptions{NoPassword: true})
+				return err
+			},
 			func() error { _, err := root.UserGrantRole(ctx, user, user); return err })
 	}
 	steps = append(steps, func() error { _, err := root.AuthEnable(ctx); return err })
@@ -220,4 +226,3 @@ func TestStoreCheckPermissions(t *testing.T) {
 		t.Fatalf("read-write user: exit %d, %q %q", code, out, errs)
 	}
 }
-
