@@ -226,3 +226,26 @@ func TestStoreCheckPermissions(t *testing.T) {
 		t.Fatalf("read-write user: exit %d, %q %q", code, out, errs)
 	}
 }
+
+// Misuse of store and bindings migrate exits BadConfig before touching
+// etcd.
+func TestStoreUsageErrors(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(notDir, nil, 0o600)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"store"}, storeUsage},
+		{[]string{"store", "verify"}, storeUsage},
+		{[]string{"store", "check", "extra"}, storeUsage},
+		{[]string{"store", "check", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"bindings", "migrate"}, migrateUsage},
+		{[]string{"bindings", "migrate", "--from-dir", notDir}, "--from-dir " + notDir + ": not a directory"},
+		{[]string{"bindings", "migrate", "--from-dir", t.TempDir(), "x"}, migrateUsage},
+	} {
+		if code, _, errs := runCLI(t, tc.args...); code != exitcode.BadConfig || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d %q, want %d and %q", tc.args, code, errs, exitcode.BadConfig, tc.want)
+		}
+	}
+}
