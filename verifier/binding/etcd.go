@@ -42,7 +42,9 @@ const (
 
 // EtcdUnavailableDetail is the fixed refusal detail of a join refused
 // because the etcd store cannot answer (no quorum, no member reachable,
-// a request timed out): nothing was read or written, so a retry is safe.
+// a request timed out): the join was not decided. A retry is safe: a
+// claim that timed out after etcd committed it names this machine, and
+// its retry finds it so.
 const EtcdUnavailableDetail = "the identity store (etcd) has no quorum or cannot be reached; nothing was decided, retry later"
 
 // Store operations, the op label of the store metrics (a closed set).
