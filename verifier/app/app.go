@@ -116,8 +116,9 @@ func (v *Verifier) loadKube() error {
 }
 
 // loadBindings opens the binding store: Leases shared by every replica
-// in Kubernetes mode, a directory of the state directory in disk-only
-// mode (one replica).
+// in Kubernetes mode; in disk-only mode an etcd cluster shared by every
+// replica when identity.etcd is set, else a directory of the state
+// directory (one replica).
 func (v *Verifier) loadBindings() error {
 	var err error
 	switch {
@@ -127,6 +128,8 @@ func (v *Verifier) loadBindings() error {
 		v.bindings, err = binding.NewLeases(binding.LeaseConfig{Client: v.kube,
 			Namespace: v.cfg.Kubernetes.BindingNamespace, Logger: v.deps.Logger, TokenTTL: tokenTTL(v.cfg.Kubernetes),
 			OnTokenReplaced: revokeReplaced(v.Minter, v.deps.Logger)})
+	case v.cfg.Identity.Etcd != nil:
+		v.bindings, err = newEtcdStore(v.cfg, v.deps, v.metrics.StoreRequest) // etcd.go
 	default:
 		dir := v.cfg.Identity.BindingDir
 		if dir == "" {

@@ -99,6 +99,9 @@ type Identity struct {
 	// BindingDir holds the binding records in disk-only mode (default
 	// <stateDir>/bindings). Kubernetes mode keeps them in Leases.
 	BindingDir string `json:"bindingDir,omitempty"`
+	// Etcd keeps the binding records of disk-only mode in an etcd cluster
+	// that several replicas share (etcd.go); exclusive with BindingDir.
+	Etcd *Etcd `json:"etcd,omitempty"`
 }
 
 // Reattest configures the re-attestation taint controller
@@ -208,6 +211,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.validateReattest(); err != nil {
+		return err
+	}
+	if err := c.validateEtcd(); err != nil {
 		return err
 	}
 	if k := c.Kubernetes; k != nil && (k.APIQPS < 0 || k.APIBurst < 0) {

@@ -6,10 +6,11 @@
 // releases a record (a node replaced, a TPM swapped, an SNP VM moved to
 // another host).
 //
-// Two stores implement the Store interface: Leases (coordination.k8s.io
+// Three stores implement the Store interface: Leases (coordination.k8s.io
 // Leases in a namespace of latchkey's own, shared by every verifier
-// replica) and Dir (one file per record in the verifier's state directory,
-// for disk-only mode with one replica). Both create a record atomically
+// replica), Dir (one file per record in the verifier's state directory,
+// for disk-only mode with one replica) and Etcd (etcd.go: an etcd cluster
+// shared by several disk-only replicas). Each creates a record atomically
 // only when it is absent, so two joins racing for one name never both
 // win.
 //

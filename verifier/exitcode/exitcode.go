@@ -22,8 +22,9 @@ const (
 	// Not restarted: only the operator can fix it.
 	BadConfig = 2
 	// InUse: `secret retire` refused: disk records still name the
-	// generation, or record none (docs/operations.md). Never returned by
-	// serve.
+	// generation, or record none (docs/operations.md); or `bindings
+	// migrate` refused a record etcd holds for another machine. Never
+	// returned by serve.
 	InUse = 3
 )
 

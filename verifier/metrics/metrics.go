@@ -70,6 +70,8 @@ type Metrics struct {
 	shadow *prometheus.CounterVec
 	// gens are the master-secret generation gauges (generations.go).
 	gens *generationMetrics
+	// store is the binding store's request metrics (store.go).
+	store *storeMetrics
 }
 
 // New creates the metrics, with the Go runtime and process collectors
@@ -119,6 +121,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.adm = newAdmissionMetrics(m.reg)
 	m.gens = newGenerationMetrics(m.reg)
+	m.store = newStoreMetrics(m.reg)
 	m.initSeries()
 	return m
 }

@@ -8,6 +8,8 @@
 //	latchkey-verifier tokens list|revoke ID      tokens minted (admin API)
 //	latchkey-verifier bindings list | release --node NAME | --disk UUID
 //	                                             identity bindings (admin API)
+//	latchkey-verifier bindings migrate --from-dir DIR   copy a directory store into etcd
+//	latchkey-verifier store check                check the etcd store (identity.etcd)
 //	latchkey-verifier collateral fetch ...       fill the SNP collateral cache from AMD KDS
 //	latchkey-verifier secret init FILE | id | retire --generation N
 //	                                             create a master secret, print key IDs, check a retirement
@@ -51,6 +53,9 @@ const usageText = `usage: latchkey-verifier COMMAND [flags]
   pin [--config FILE]                        print the serving SPKI pin agents need
   policy check FILE                          validate a policy file locally
   tokens list | revoke ID                    bootstrap tokens (admin socket)
+  bindings list | release --node N|--disk U  identity bindings (admin socket)
+  bindings migrate --from-dir DIR            copy a directory store into identity.etcd
+  store check                                connect to identity.etcd, check access, count records
   collateral fetch --chip-id HEX --tcb N     fill the SNP collateral cache from AMD KDS
   secret init [--generation N] FILE         create a master secret
   secret id                                  print the key ID of every generation
@@ -88,6 +93,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return tokensCmd(args[1:], stdout, stderr)
 	case "bindings":
 		return bindingsCmd(args[1:], stdout, stderr)
+	case "store":
+		return storeCmd(args[1:], stdout, stderr) // store.go
 	case "collateral":
 		return collateralCmd(args[1:], stdout, stderr)
 	case "secret":
@@ -357,7 +364,7 @@ func reportAs(stderr io.Writer, cmd string, err error) int {
 	return exitcode.OK
 }
 
-const bindingsUsage = "usage: latchkey-verifier bindings list | release --node NAME | release --disk UUID"
+const bindingsUsage = "usage: latchkey-verifier bindings list | release --node NAME | release --disk UUID | migrate --from-dir DIR"
 
 // bindingsCmd lists and releases identity bindings over the admin API;
 // the verifier audits a release with the caller's uid.
@@ -372,6 +379,9 @@ func bindingsCmd(args []string, stdout, stderr io.Writer) int {
 		return exitcode.BadConfig
 	}
 	sub := args[0]
+	if sub == "migrate" {
+		return bindingsMigrate(args[1:], stdout, stderr) // store.go
+	}
 	if code, ok := cli.Parse(fs, args[1:]); !ok {
 		return code
 	}

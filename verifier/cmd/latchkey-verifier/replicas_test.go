@@ -32,7 +32,7 @@ type replicaCA struct {
 	cert *x509.Certificate
 }
 
-func newReplicaCA(t *testing.T) *replicaCA {
+func newReplicaCA(t testing.TB) *replicaCA {
 	t.Helper()
 	ca := pkitest.NewCA(t, "latchkey verifiers CA")
 	return &replicaCA{ca: ca, cert: ca.Cert}
@@ -40,7 +40,7 @@ func newReplicaCA(t *testing.T) *replicaCA {
 
 // issue writes a serving certificate (chain: leaf, CA) and key for one
 // replica into dir.
-func (ca *replicaCA) issue(t *testing.T, dir string, n int) (certFile, keyFile string) {
+func (ca *replicaCA) issue(t testing.TB, dir string, n int) (certFile, keyFile string) {
 	t.Helper()
 	leaf := pkitest.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: fmt.Sprintf("verifier-%d", n)},
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"verifier.latchkey.test"},

@@ -1,0 +1,669 @@
+package binding
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/internal/logkey"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// The etcd store: disk-only verifier replicas share their records through
+// an etcd v3 cluster (docs/replicas.md). Every decision that a release
+// could change reads linearizably (a read served by the leader's quorum),
+// so no replica decides on a stale copy; a claim creates its key only if
+// absent, in one transaction; every other change is a compare-and-swap on
+// the key's ModRevision. When etcd has no quorum nothing is decided: the
+// join is refused UNAVAILABLE with EtcdUnavailableDetail and the agent
+// retries.
+
+// Defaults of EtcdConfig.
+const (
+	DefaultEtcdPrefix         = "/latchkey/"
+	DefaultEtcdRequestTimeout = 5 * time.Second
+	// EtcdRetryAfter is the retry hint of a join refused because etcd
+	// cannot be reached: about one etcd leader election and a reconnect.
+	EtcdRetryAfter = 5 * time.Second
+)
+
+// EtcdUnavailableDetail is the fixed refusal detail of a join refused
+// because the etcd store cannot answer (no quorum, no member reachable,
+// a request timed out): the join was not decided. A retry is safe: a
+// claim that timed out after etcd committed it names this machine, and
+// its retry finds it so.
+const EtcdUnavailableDetail = "the identity store (etcd) has no quorum or cannot be reached; nothing was decided, retry later"
+
+// Store operations, the op label of the store metrics (a closed set).
+const (
+	OpGet     = "get"
+	OpClaim   = "claim"
+	OpUpdate  = "update"
+	OpRelease = "release"
+	OpList    = "list"
+	OpImport  = "import"
+	OpCheck   = "check"
+)
+
+// maxEtcdAttempts bounds the compare-and-swap retries of one change; a
+// record that changes this often under one change is contended by a
+// runaway writer, and the change fails instead of spinning.
+const maxEtcdAttempts = 8
+
+// etcdListPage is how many records one list request reads.
+const etcdListPage = 500
+
+// etcdSchema is the version of the record format; a record of another
+// version is refused, never guessed at.
+const etcdSchema = 1
+
+// EtcdConfig configures the etcd store.
+type EtcdConfig struct {
+	// Endpoints are the members' client URLs (https://host:port, or
+	// http:// on loopback with Insecure).
+	Endpoints []string
+	// CAFile, CertFile and KeyFile are the CA that signs etcd's serving
+	// certificates and the verifier's client certificate and key (PEM).
+	// All three are required unless Insecure.
+	CAFile, CertFile, KeyFile string
+	// Insecure allows plain HTTP without client certificates (a loopback
+	// test cluster only; the configuration refuses anything else).
+	Insecure bool
+	// Prefix is prepended to every key (default DefaultEtcdPrefix), so
+	// several deployments can share one etcd.
+	Prefix string
+	// RequestTimeout bounds each request (default
+	// DefaultEtcdRequestTimeout).
+	RequestTimeout time.Duration
+	// Now is the clock (default time.Now).
+	Now    func() time.Time
+	Logger *slog.Logger
+	// Observe, if set, is told every request's operation (an Op
+	// constant), duration and error (for the store metrics).
+	Observe func(op string, d time.Duration, err error)
+}
+
+// Etcd is the store of disk-only replicas: one JSON record per key under
+// Prefix + "bindings/" in an etcd v3 cluster.
+type Etcd struct {
+	cli     *clientv3.Client
+	prefix  string
+	timeout time.Duration
+	now     func() time.Time
+	log     *slog.Logger
+	observe func(op string, d time.Duration, err error)
+	// endpoints and tls (nil when insecure) are kept for Check's
+	// diagnosis.
+	endpoints []string
+	tls       *tls.Config
+	// beforeSwap, when set (tests), runs between the read and the
+	// compare-and-swap of an update.
+	beforeSwap func()
+}
+
+var (
+	_ Store              = (*Etcd)(nil)
+	_ GenerationRecorder = (*Etcd)(nil)
+	_ GenerationClaimer  = (*Etcd)(nil)
+)
+
+// NewEtcd connects to etcd (lazily: the first request dials).
+func NewEtcd(cfg EtcdConfig) (*Etcd, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("binding: etcd: no endpoints")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultEtcdPrefix
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultEtcdRequestTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cc := clientv3.Config{Endpoints: cfg.Endpoints, DialTimeout: cfg.RequestTimeout, Logger: zap.NewNop(),
+		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: cfg.RequestTimeout}
+	if !cfg.Insecure {
+		tc, err := transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.CAFile}.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("binding: etcd client TLS: %w", err)
+		}
+		cc.TLS = tc
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("binding: etcd: %w", err)
+	}
+	return &Etcd{cli: cli, prefix: cfg.Prefix + "bindings/", timeout: cfg.RequestTimeout, now: cfg.Now,
+		log: cfg.Logger.With(logkey.Component, "binding"), observe: cfg.Observe, endpoints: cfg.Endpoints, tls: cc.TLS}, nil
+}
+
+// Close closes the connection to etcd.
+func (e *Etcd) Close() error { return e.cli.Close() }
+
+// Key is the etcd key of a record.
+func (e *Etcd) Key(kind Kind, name string) string { return e.prefix + ObjectName(kind, name) }
+
+// EtcdUnavailableError is a request etcd did not answer; the store
+// returns it inside an UNAVAILABLE *attest.Refusal.
+type EtcdUnavailableError struct {
+	Op, Key string
+	Err     error
+}
+
+func (e *EtcdUnavailableError) Error() string {
+	return fmt.Sprintf("etcd %s %s: %v", e.Op, e.Key, e.Err)
+}
+
+func (e *EtcdUnavailableError) Unwrap() error { return e.Err }
+
+// RetryAfter is the hint for the refused agent.
+func (e *EtcdUnavailableError) RetryAfter() time.Duration { return EtcdRetryAfter }
+
+// do runs one request under the request timeout, observes it, and turns
+// a failure into the UNAVAILABLE refusal.
+func (e *Etcd) do(ctx context.Context, op, key string, req func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	start := time.Now()
+	err := req(ctx)
+	if e.observe != nil {
+		e.observe(op, time.Since(start), err)
+	}
+	if err == nil {
+		return nil
+	}
+	e.log.Warn("etcd request failed", logkey.Method, op, logkey.Path, key, logkey.Error, err.Error())
+	return &attest.Refusal{Reason: latchkeyv1.Reason_UNAVAILABLE, Detail: EtcdUnavailableDetail,
+		Err: &EtcdUnavailableError{Op: op, Key: key, Err: err}}
+}
+
+// etcdRecord is a record's value in etcd.
+type etcdRecord struct {
+	Schema int `json:"schema"`
+	fileRecord
+}
+
+func encodeEtcd(r Record) (string, error) {
+	if err := checkGeneration(r.KeyGeneration); err != nil {
+		return "", err
+	}
+	data, err := json.Marshal(etcdRecord{Schema: etcdSchema, fileRecord: fileRecord(r)})
+	return string(data), err
+}
+
+func checkGeneration(gen *uint32) error {
+	if gen != nil && *gen > maxGeneration {
+		return fmt.Errorf("%w: key generation %d is over %d", ErrInvalid, *gen, maxGeneration)
+	}
+	return nil
+}
+
+// decodeEtcd checks and decodes the value of key: at most 4 KiB, schema
+// 1, no unknown field, a valid record, and one that names key itself (a
+// record copied to another key is refused).
+func (e *Etcd) decodeEtcd(key string, value []byte) (Record, error) {
+	if len(value) > maxRecordFile {
+		return Record{}, fmt.Errorf("binding: etcd record %s is over %d bytes", key, maxRecordFile)
+	}
+	dec := json.NewDecoder(bytes.NewReader(value))
+	dec.DisallowUnknownFields()
+	var er etcdRecord
+	if err := dec.Decode(&er); err != nil {
+		return Record{}, fmt.Errorf("binding: etcd record %s: %w", key, err)
+	}
+	if dec.More() {
+		return Record{}, fmt.Errorf("binding: etcd record %s: data after the record", key)
+	}
+	if er.Schema != etcdSchema {
+		return Record{}, fmt.Errorf("binding: etcd record %s has schema %d, not %d", key, er.Schema, etcdSchema)
+	}
+	r := Record(er.fileRecord)
+	switch {
+	case !validRecord(r) || r.Created.IsZero():
+		return Record{}, fmt.Errorf("binding: etcd record %s is not a valid record", key)
+	case checkGeneration(r.KeyGeneration) != nil:
+		return Record{}, fmt.Errorf("binding: etcd record %s: key generation %d is over %d", key, *r.KeyGeneration, maxGeneration)
+	case e.Key(r.Kind, r.Name) != key:
+		return Record{}, fmt.Errorf("binding: etcd record %s does not name itself", key)
+	}
+	return r, nil
+}
+
+// get reads key linearizably: the record and its ModRevision, or
+// ErrNotFound.
+func (e *Etcd) get(ctx context.Context, kind Kind, name string) (Record, int64, error) {
+	key := e.Key(kind, name)
+	var resp *clientv3.GetResponse
+	err := e.do(ctx, OpGet, key, func(ctx context.Context) (err error) {
+		resp, err = e.cli.Get(ctx, key)
+		return err
+	})
+	if err != nil {
+		return Record{}, 0, err
+	}
+	if len(resp.Kvs) == 0 {
+		return Record{}, 0, fmt.Errorf("%w: %s %s", ErrNotFound, kind, name)
+	}
+	r, err := e.decodeEtcd(key, resp.Kvs[0].Value)
+	return r, resp.Kvs[0].ModRevision, err
+}
+
+// Get implements Store.
+func (e *Etcd) Get(ctx context.Context, kind Kind, name string) (Record, error) {
+	if err := validate(kind, name, "", false); err != nil {
+		return Record{}, err
+	}
+	r, _, err := e.get(ctx, kind, name)
+	return r, err
+}
+
+// Claim implements Store.
+func (e *Etcd) Claim(ctx context.Context, kind Kind, name, identity string) (Record, error) {
+	r, _, err := e.claim(ctx, kind, name, identity, nil)
+	return r, err
+}
+
+// ClaimGeneration implements GenerationClaimer.
+func (e *Etcd) ClaimGeneration(ctx context.Context, disk, identity string, gen uint32) (Record, bool, error) {
+	return e.claim(ctx, Disk, disk, identity, &gen)
+}
+
+// claim creates the record in one transaction when the key is absent
+// (CreateRevision == 0), or takes a released record over with a
+// compare-and-swap on its ModRevision; a record bound to identity is
+// returned as it is (made false), one bound to another identity is a
+// *MismatchError.
+func (e *Etcd) claim(ctx context.Context, kind Kind, name, identity string, gen *uint32) (Record, bool, error) {
+	if err := validate(kind, name, identity, true); err != nil {
+		return Record{}, false, err
+	}
+	if err := checkGeneration(gen); err != nil {
+		return Record{}, false, err
+	}
+	key := e.Key(kind, name)
+	r := Record{Kind: kind, Name: name, Identity: identity, Created: e.now().UTC().Truncate(time.Second), KeyGeneration: gen}
+	var rev int64 // 0: create-if-absent; else the released record's ModRevision
+	for range maxEtcdAttempts {
+		val, err := encodeEtcd(r)
+		if err != nil {
+			return Record{}, false, err
+		}
+		cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		if rev != 0 {
+			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", rev)
+		}
+		var resp *clientv3.TxnResponse
+		err = e.do(ctx, OpClaim, key, func(ctx context.Context) (err error) {
+			resp, err = e.cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, val)).Else(clientv3.OpGet(key)).Commit()
+			return err
+		})
+		if err != nil {
+			return Record{}, false, err
+		}
+		if resp.Succeeded {
+			e.log.Info("binding claimed", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, identity)
+			return r, true, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 { // deleted meanwhile: create it
+			rev = 0
+			continue
+		}
+		have, err := e.decodeEtcd(key, kvs[0].Value)
+		if err != nil {
+			return Record{}, false, err
+		}
+		if have.Bound() {
+			return have, false, Check(have, identity)
+		}
+		// Released: the claim takes it over; the disk is still keyed under
+		// the generation on record unless this claim records its own.
+		rev = kvs[0].ModRevision
+		if gen == nil {
+			r.KeyGeneration = have.KeyGeneration
+		}
+	}
+	return Record{}, false, fmt.Errorf("binding: etcd record %s changed %d times during one claim", key, maxEtcdAttempts)
+}
+
+// update is the read-modify-write of one record: change gets the record
+// as read linearizably and returns the record to store in its place, nil
+// to store nothing, or an error, which update returns. The write is a
+// compare-and-swap on the ModRevision read; when another write came
+// between, update reads again and calls change again, so change always
+// decides on the current record.
+func (e *Etcd) update(ctx context.Context, op string, kind Kind, name string, change func(Record) (*Record, error)) error {
+	key := e.Key(kind, name)
+	for range maxEtcdAttempts {
+		r, rev, err := e.get(ctx, kind, name)
+		if err != nil {
+			return err
+		}
+		next, err := change(r)
+		if err != nil || next == nil {
+			return err
+		}
+		ok, err := e.swap(ctx, op, key, rev, *next)
+		if err != nil || ok {
+			return err
+		}
+	}
+	return fmt.Errorf("binding: etcd record %s changed %d times during one update", key, maxEtcdAttempts)
+}
+
+// swap writes r at key if the key's ModRevision is still rev; ok is false
+// when it is not (the record changed since it was read).
+func (e *Etcd) swap(ctx context.Context, op, key string, rev int64, r Record) (ok bool, err error) {
+	val, err := encodeEtcd(r)
+	if err != nil {
+		return false, err
+	}
+	if e.beforeSwap != nil {
+		e.beforeSwap()
+	}
+	var resp *clientv3.TxnResponse
+	err = e.do(ctx, op, key, func(ctx context.Context) (err error) {
+		resp, err = e.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, val)).Commit()
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
+// SetToken implements Store.
+func (e *Etcd) SetToken(ctx context.Context, node, identity, tokenID string) error {
+	if err := validate(Node, node, identity, true); err != nil {
+		return err
+	}
+	return e.update(ctx, OpUpdate, Node, node, func(r Record) (*Record, error) {
+		if !r.Bound() {
+			return nil, fmt.Errorf("%w: node %s was released", ErrNotFound, node)
+		}
+		if err := Check(r, identity); err != nil {
+			return nil, err
+		}
+		if r.TokenID == tokenID {
+			return nil, nil
+		}
+		r.TokenID = tokenID
+		return &r, nil
+	})
+}
+
+// SetKeyGeneration implements GenerationRecorder.
+func (e *Etcd) SetKeyGeneration(ctx context.Context, disk, identity string, gen uint32) error {
+	if err := validate(Disk, disk, identity, true); err != nil {
+		return err
+	}
+	if err := checkGeneration(&gen); err != nil {
+		return err
+	}
+	return e.update(ctx, OpUpdate, Disk, disk, func(r Record) (*Record, error) {
+		if !r.Bound() {
+			return nil, fmt.Errorf("%w: disk %s was released", ErrNotFound, disk)
+		}
+		if err := Check(r, identity); err != nil {
+			return nil, err
+		}
+		if r.KeyGeneration != nil && *r.KeyGeneration == gen {
+			return nil, nil
+		}
+		r.KeyGeneration = &gen
+		return &r, nil
+	})
+}
+
+// Release implements Store. The record is not deleted: it stays as a
+// tombstone (no identity, the time and who released it, the disk's key
+// generation), and the release is logged, so the audit trail and `secret
+// retire` still see it.
+func (e *Etcd) Release(ctx context.Context, kind Kind, name, by string) (Record, error) {
+	if err := validate(kind, name, "", false); err != nil {
+		return Record{}, err
+	}
+	var was Record
+	err := e.update(ctx, OpRelease, kind, name, func(r Record) (*Record, error) {
+		if !r.Bound() {
+			return nil, fmt.Errorf("%w: %s %s was already released", ErrNotFound, kind, name)
+		}
+		was = r
+		return &Record{Kind: kind, Name: name, Created: r.Created, Released: e.now().UTC().Truncate(time.Second), ReleasedBy: by,
+			KeyGeneration: r.KeyGeneration}, nil
+	})
+	if err != nil {
+		return Record{}, err
+	}
+	e.log.Warn("binding released", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, was.Identity, logkey.By, by,
+		logkey.Path, e.Key(kind, name))
+	return was, nil
+}
+
+// EtcdSkippedError reports the records a listing skipped because they
+// are not valid records; the listing still returns every valid one.
+type EtcdSkippedError struct {
+	// Keys and Reasons are the skipped keys and why, in key order.
+	Keys    []string
+	Reasons []string
+}
+
+func (e *EtcdSkippedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "binding: %d etcd record(s) skipped as invalid", len(e.Keys))
+	for i, k := range e.Keys {
+		fmt.Fprintf(&b, "; %s: %s", k, e.Reasons[i])
+	}
+	return b.String()
+}
+
+// List implements Store: every record under the prefix, read in pages
+// at one revision (a consistent snapshot). A record that is not valid is
+// skipped and reported in an *EtcdSkippedError returned with the valid
+// records; any other error returns no records.
+func (e *Etcd) List(ctx context.Context) ([]Record, error) {
+	var out []Record
+	skipped := &EtcdSkippedError{}
+	start, end := e.prefix, clientv3.GetPrefixRangeEnd(e.prefix)
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(etcdListPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		var resp *clientv3.GetResponse
+		err := e.do(ctx, OpList, start, func(ctx context.Context) (err error) {
+			resp, err = e.cli.Get(ctx, start, opts...)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			r, err := e.decodeEtcd(string(kv.Key), kv.Value)
+			if err != nil {
+				skipped.Keys = append(skipped.Keys, string(kv.Key))
+				skipped.Reasons = append(skipped.Reasons, err.Error())
+				continue
+			}
+			out = append(out, r)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	if len(skipped.Keys) > 0 {
+		e.log.Warn("binding records skipped", logkey.Error, skipped.Error())
+		return out, skipped
+	}
+	return out, nil
+}
+
+// ImportConflictError is a record import refused because etcd holds
+// another binding for the same name.
+type ImportConflictError struct {
+	Key        string
+	Have, Want Record
+}
+
+func (e *ImportConflictError) Error() string {
+	return fmt.Sprintf("binding: etcd record %s is bound to %q; the imported record says %q", e.Key, describeBinding(e.Have), describeBinding(e.Want))
+}
+
+func describeBinding(r Record) string {
+	if r.Bound() {
+		return r.Identity
+	}
+	return "released"
+}
+
+// Import writes r when its key is absent (created true). A record already
+// there with the same binding (the same identity, or both released) is
+// left as it is, so an import can run again; one with another binding is
+// an *ImportConflictError and nothing is written.
+func (e *Etcd) Import(ctx context.Context, r Record) (created bool, err error) {
+	if !validRecord(r) || r.Created.IsZero() {
+		return false, fmt.Errorf("%w: %s %s", ErrInvalid, r.Kind, r.Name)
+	}
+	key := e.Key(r.Kind, r.Name)
+	val, err := encodeEtcd(r)
+	if err != nil {
+		return false, err
+	}
+	var resp *clientv3.TxnResponse
+	err = e.do(ctx, OpImport, key, func(ctx context.Context) (err error) {
+		resp, err = e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, val)).Else(clientv3.OpGet(key)).Commit()
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	if resp.Succeeded {
+		return true, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return false, fmt.Errorf("binding: etcd record %s was deleted during the import; run it again", key)
+	}
+	have, err := e.decodeEtcd(key, kvs[0].Value)
+	if err != nil {
+		return false, err
+	}
+	if have.Identity != r.Identity {
+		return false, &ImportConflictError{Key: key, Have: have, Want: r}
+	}
+	return false, nil
+}
+
+// EtcdStatus is what `latchkey-verifier store check` reports.
+type EtcdStatus struct {
+	// Records is the number of valid records; Skipped reports the
+	// invalid ones (nil when none).
+	Records int
+	Skipped *EtcdSkippedError
+}
+
+// Check proves the store works for this verifier: a linearizable read and
+// a write and delete of a probe key under the prefix (the permissions a
+// replica needs), then a listing that counts the records and reports the
+// invalid ones.
+func (e *Etcd) Check(ctx context.Context) (EtcdStatus, error) {
+	probe := strings.TrimSuffix(e.prefix, "bindings/") + "check/probe"
+	err := e.do(ctx, OpCheck, probe, func(ctx context.Context) error {
+		if _, err := e.cli.Put(ctx, probe, e.now().UTC().Format(time.RFC3339)); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		if _, err := e.cli.Delete(ctx, probe); err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return EtcdStatus{}, errors.Join(errors.Unwrap(err), e.diagnose())
+	}
+	recs, err := e.List(ctx)
+	var skipped *EtcdSkippedError
+	if err != nil && !errors.As(err, &skipped) {
+		return EtcdStatus{}, errors.Unwrap(err)
+	}
+	return EtcdStatus{Records: len(recs), Skipped: skipped}, nil
+}
+
+// diagnose connects to every endpoint and reports the ones that cannot
+// be reached or refuse this verifier's TLS: a rejected client
+// certificate surfaces only as a timeout through the etcd client, which
+// retries, so Check says which endpoint refused it and why.
+func (e *Etcd) diagnose() error {
+	var errs []error
+	for _, ep := range e.endpoints {
+		u, err := url.Parse(ep)
+		if err != nil {
+			continue
+		}
+		if err := probeEndpoint(u.Host, e.tls, e.timeout); err != nil {
+			errs = append(errs, fmt.Errorf("endpoint %s: %w", ep, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// probeEndpoint dials addr (with TLS when tc is set) and reads once: a
+// server that rejects the client certificate answers with a TLS alert,
+// which the read returns (TLS 1.3 sends it after the handshake).
+func probeEndpoint(addr string, tc *tls.Config, timeout time.Duration) error {
+	d := &net.Dialer{Timeout: timeout}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if tc == nil {
+		return nil
+	}
+	tc = tc.Clone()
+	if tc.ServerName == "" {
+		tc.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	tconn := tls.Client(conn, tc)
+	_ = tconn.SetDeadline(time.Now().Add(timeout))
+	if err := tconn.Handshake(); err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	// The client's HTTP/2 preface makes the server answer (or alert).
+	if _, err := tconn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")); err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	_ = tconn.SetReadDeadline(time.Now().Add(time.Second))
+	var b [1]byte
+	if _, err := tconn.Read(b[:]); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		return fmt.Errorf("tls: %w", err)
+	}
+	return nil
+}
