@@ -341,7 +341,7 @@ func (v *Verifier) serveAdmin() func() {
 		tokens = tokenAdmin{client: v.kube, minter: v.Minter, bindings: v.bindings}
 	}
 	srv, err := localapi.NewServer(localapi.Config{Logger: v.deps.Logger,
-		Services: []localapi.Service{adminapi.Service(tokens, policyChecker{v.policyDeps}, bindingAdmin{v.bindings})}})
+		Services: []localapi.Service{adminapi.Service(tokens, policyChecker{v.policyDeps}, bindingAdmin{store: v.bindings, policy: v.store})}})
 	var lis net.Listener
 	if err == nil {
 		lis, err = localapi.Listen(localapi.SocketConfig{Path: v.cfg.AdminSocket, Mode: 0o666})

@@ -189,6 +189,12 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 	if err := checkRole(snap, hello); err != nil {
 		return err
 	}
+	// Every check that can refuse (policy in validate, deny list, role,
+	// generation) runs before bind claims anything: a refused join leaves
+	// no trace in the binding store.
+	if err := s.checkGeneration(hello); err != nil {
+		return err
+	}
 	if err := s.bind(ctx, hello, v, out); err != nil {
 		return err
 	}

@@ -334,6 +334,7 @@ func tokensCmd(args []string, stdout, stderr io.Writer) int {
 		resp, err := c.ListTokens(ctx, &adminv1.ListTokensRequest{})
 		if err == nil {
 			err = adminapi.WriteTokens(stdout, resp.GetTokens(), time.Now())
+			adminapi.WriteSkipped(stderr, resp.GetSkipped())
 		}
 		return report(stderr, err)
 	case sub == "revoke" && fs.NArg() == 1:
@@ -403,6 +404,7 @@ func bindingsCmd(args []string, stdout, stderr io.Writer) int {
 		resp, err := c.ListBindings(ctx, &adminv1.ListBindingsRequest{})
 		if err == nil {
 			err = adminapi.WriteBindings(stdout, resp.GetBindings(), time.Now())
+			adminapi.WriteSkipped(stderr, resp.GetSkipped())
 		}
 		return reportAs(stderr, "bindings", err)
 	}
