@@ -101,7 +101,9 @@ type envOpt struct {
 }
 
 // swapPolicy is a policy source a test changes while the verifier runs.
-type swapPolicy struct{ cur atomic.Pointer[policy.Snapshot] }
+type swapPolicy struct {
+	cur atomic.Pointer[policy.Snapshot]
+}
 
 func (p *swapPolicy) Current() *policy.Snapshot { return p.cur.Load() }
 
