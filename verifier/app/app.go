@@ -184,7 +184,8 @@ func (v *Verifier) buildServer() error {
 	svc, err := service.New(service.Config{Policy: v.store, Keys: v.keys, Minter: v.Minter,
 		Bindings: v.bindings, AdoptUnbound: v.cfg.Identity.AdoptUnbound,
 		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics, Revoker: v.revoker,
-		MaxInFlight: v.cfg.Limits.MaxJoinsInFlight, PolicyNext: v.policyNext()})
+		MaxInFlight: v.cfg.Limits.MaxJoinsInFlight, ChallengeTimeout: v.cfg.Limits.ChallengeTimeout.Duration,
+		PolicyNext: v.policyNext()})
 	if err != nil {
 		return err
 	}

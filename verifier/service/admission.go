@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/peer"
 
+	"github.com/latchkey/latchkey/attest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -30,6 +31,19 @@ import (
 // slots goes only to sources holding fewer than their fair share
 // (Limit / sources in flight), so one address flooding the port cannot
 // keep every other node out.
+//
+// Challenge waits: a join waiting for its challenge answer does no work
+// of the verifier's, and before that answer nothing proves the caller has
+// a TPM (a client with a software "AK" and another machine's EK
+// certificate gets the challenge and can simply never answer). So while
+// it waits (at most Config.ChallengeTimeout) the join gives its slot back
+// and holds a challenge-wait place instead; with the answer it takes a
+// slot again (or is answered RESOURCE_EXHAUSTED like any join over the
+// limit). Wait places are capped at Limit/2 per source and 4 x Limit in
+// all: a join that finds none keeps its slot while it waits, as before,
+// bounded by the challenge timeout. Real joins therefore get a slot
+// however many addresses hold unanswered challenges, and those addresses
+// cost the verifier a bounded number of idle streams.
 
 // Bounds of the retry-after hint.
 const (
@@ -64,6 +78,9 @@ type admission struct {
 	mu       sync.Mutex
 	inFlight int
 	bySource map[string]int
+	// waiting and waitingBySource count the challenge-wait places.
+	waiting         int
+	waitingBySource map[string]int
 	// meanHold is the weighted mean time a join holds its slot.
 	meanHold time.Duration
 	// next is the virtual queue's tail: when the last refused join was
@@ -75,7 +92,33 @@ func newAdmission(limit int, now func() time.Time) *admission {
 	if limit <= 0 {
 		limit = DefaultMaxInFlight()
 	}
-	return &admission{limit: limit, now: now, bySource: map[string]int{}}
+	return &admission{limit: limit, now: now, bySource: map[string]int{}, waitingBySource: map[string]int{}}
+}
+
+// maxWaiting and maxWaitingPerSource cap the challenge-wait places.
+func (a *admission) maxWaiting() int          { return 4 * a.limit }
+func (a *admission) maxWaitingPerSource() int { return max(1, a.limit/2) }
+
+// park takes a challenge-wait place for src if one is free.
+func (a *admission) park(src string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.waiting >= a.maxWaiting() || a.waitingBySource[src] >= a.maxWaitingPerSource() {
+		return false
+	}
+	a.waiting++
+	a.waitingBySource[src]++
+	return true
+}
+
+// unpark gives a challenge-wait place back.
+func (a *admission) unpark(src string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.waiting--
+	if a.waitingBySource[src]--; a.waitingBySource[src] <= 0 {
+		delete(a.waitingBySource, src)
+	}
 }
 
 // errOverloaded is the refusal of a join over the admission limit.
@@ -185,6 +228,29 @@ func (s *Service) admit(ctx context.Context) (func(), error) {
 	}
 	s.cfg.Metrics.InFlight(1)
 	return func() { s.cfg.Metrics.InFlight(-1); release() }, nil
+}
+
+// parkForChallenge gives the join's slot back while it waits for a
+// challenge answer, when a challenge-wait place is free for its source,
+// and returns what takes a slot again once the wait is over: nil, or the
+// refusal of a join over the limit (UNAVAILABLE wrapping *errOverloaded,
+// so the agent gets RESOURCE_EXHAUSTED and the retry hint). Without a
+// free place the join keeps its slot and resume does nothing.
+func (s *Service) parkForChallenge(ctx context.Context, out *outcome) (resume func() error) {
+	src := sourceOf(ctx)
+	if out.slot == nil || !s.adm.park(src) {
+		return func() error { return nil }
+	}
+	out.releaseSlot()
+	return func() error {
+		s.adm.unpark(src)
+		release, err := s.admit(ctx)
+		if err != nil {
+			return attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "no admission slot after the challenge: %w", err)
+		}
+		out.slot = release
+		return nil
+	}
 }
 
 // releaseSlot gives the join's admission slot back, once: before the

@@ -48,7 +48,7 @@ func (s *Service) reattest(ctx context.Context, stream latchkeyv1.JoinService_Jo
 		return err
 	}
 	start := s.cfg.Now()
-	v, check, err := verifyThenCheck(ctx, val, hello.GetEvidence(), b, challenger(stream))
+	v, check, err := verifyThenCheck(ctx, val, hello.GetEvidence(), b, s.challenger(stream, out))
 	out.validation = s.cfg.Now().Sub(start)
 	s.cfg.Metrics.ObserveValidation(hello.GetVariant(), out.validation)
 	if err != nil {

@@ -44,6 +44,15 @@ const (
 	MaxChallenges = 4
 )
 
+// DefaultChallengeTimeout bounds the wait for one challenge answer when
+// none is configured: TPM2_ActivateCredential takes well under a second
+// even on a slow TPM, and a client that cannot answer (no TPM behind its
+// "AK") must not hold a stream for the whole join timeout.
+const DefaultChallengeTimeout = 5 * time.Second
+
+// DefaultJoinTimeout bounds a whole join when none is configured.
+const DefaultJoinTimeout = 60 * time.Second
+
 // Config holds the service's dependencies.
 type Config struct {
 	Policy policy.Source
@@ -62,6 +71,10 @@ type Config struct {
 	Now func() time.Time
 	// JoinTimeout bounds a whole join, challenges included (default 60s).
 	JoinTimeout time.Duration
+	// ChallengeTimeout bounds each wait for a challenge answer (default
+	// DefaultChallengeTimeout); the wait holds no admission slot while a
+	// challenge-wait place is free (admission.go).
+	ChallengeTimeout time.Duration
 	// AckTimeout bounds the wait for TicketAck (default 10s).
 	AckTimeout time.Duration
 	// RevokeTimeout bounds revoking an undelivered token (default 10s).
@@ -106,7 +119,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	cfg.JoinTimeout = orDefault(cfg.JoinTimeout, 60*time.Second)
+	cfg.JoinTimeout = orDefault(cfg.JoinTimeout, DefaultJoinTimeout)
+	cfg.ChallengeTimeout = orDefault(cfg.ChallengeTimeout, DefaultChallengeTimeout)
 	cfg.AckTimeout = orDefault(cfg.AckTimeout, 10*time.Second)
 	cfg.RevokeTimeout = orDefault(cfg.RevokeTimeout, 10*time.Second)
 	return &Service{cfg: cfg, log: cfg.Logger, adm: newAdmission(cfg.MaxInFlight, cfg.Now)}, nil
@@ -213,7 +227,7 @@ func (s *Service) validate(ctx context.Context, stream latchkeyv1.JoinService_Jo
 		return nil, err
 	}
 	start := s.cfg.Now()
-	v, err := val.Validate(ctx, hello.GetEvidence(), binding, challenger(stream))
+	v, err := val.Validate(ctx, hello.GetEvidence(), binding, s.challenger(stream, out))
 	out.validation = s.cfg.Now().Sub(start)
 	s.cfg.Metrics.ObserveValidation(hello.GetVariant(), out.validation)
 	if err != nil {

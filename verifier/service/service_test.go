@@ -95,6 +95,8 @@ type envOpt struct {
 	keys *keys.Deriver
 	// bindings receives the binding store the verifier uses.
 	bindings *binding.Store
+	// challengeTimeout bounds each challenge wait (0: the default).
+	challengeTimeout time.Duration
 	// policy, when set, is the verifier's policy source; startVerifier
 	// installs the test snapshot in it, and a test swaps it later.
 	policy *swapPolicy
@@ -161,7 +163,7 @@ func startVerifier(t *testing.T, o envOpt) *env {
 	}
 	cfg := service.Config{Policy: src, Keys: d, Bindings: store,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), AckTimeout: o.ackTimeout,
-		MaxInFlight: o.maxInFlight, Metrics: o.metrics}
+		MaxInFlight: o.maxInFlight, Metrics: o.metrics, ChallengeTimeout: o.challengeTimeout}
 	if o.minter != nil {
 		cfg.Minter = o.minter
 	}
