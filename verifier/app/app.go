@@ -331,8 +331,9 @@ func (v *Verifier) serveMetrics(ctx context.Context) {
 }
 
 // serveAdmin serves the local admin API ("-" disables it). The socket is
-// 0666 because a DynamicUser daemon cannot hand it to a group; the peer
-// credential check (root only) decides who gets in.
+// 0660: the verifier's own (dynamic) user and group, and root, may
+// connect; the peer-credential check in the transport handshake admits
+// root only.
 func (v *Verifier) serveAdmin() func() {
 	if v.cfg.AdminSocket == "-" {
 		return func() {}
@@ -345,7 +346,7 @@ func (v *Verifier) serveAdmin() func() {
 		Services: []localapi.Service{adminapi.Service(tokens, policyChecker{v.policyDeps}, bindingAdmin{store: v.bindings, policy: v.store})}})
 	var lis net.Listener
 	if err == nil {
-		lis, err = localapi.Listen(localapi.SocketConfig{Path: v.cfg.AdminSocket, Mode: 0o666})
+		lis, err = localapi.Listen(localapi.SocketConfig{Path: v.cfg.AdminSocket, Mode: 0o660})
 	}
 	if err != nil {
 		v.deps.Logger.Warn("admin API not available", logkey.Socket, v.cfg.AdminSocket, logkey.Error, err.Error())
