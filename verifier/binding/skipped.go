@@ -19,7 +19,11 @@ import (
 //
 // The type is store-independent: every Store implementation (Dir, Leases,
 // and any other) reports its skipped records this way, each with its key
-// in that store (file name, Lease name, etcd key) and the reason.
+// in that store (file name, Lease name, etcd key) and the reason. A store
+// in this package collects them with a skipList (add each record it
+// cannot read, return skipList.err() with the rest); one elsewhere
+// returns a *SkippedError itself. A record that is gone between the
+// listing and its read is not skipped, just absent.
 
 // SkippedRecord is one record a listing left out.
 type SkippedRecord struct {
