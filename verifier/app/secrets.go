@@ -120,7 +120,7 @@ func (v *Verifier) countGenerations(ctx context.Context) {
 	for {
 		recs, err := v.bindings.List(ctx)
 		if _, err = binding.Skipped(err); err == nil {
-			// Skipped records are not counted; the sweep logs them.
+			// Skipped records are not counted; `bindings list` names them.
 			v.metrics.DisksByKeyGeneration(binding.CountByGeneration(recs))
 		} else if ctx.Err() == nil {
 			v.deps.Logger.Warn("count disks by key generation", logkey.Error, err.Error())

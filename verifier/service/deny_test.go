@@ -292,6 +292,13 @@ func TestRevokerSweepDeniesBoundMachineAndSkipsBadRecords(t *testing.T) {
 	if !strings.Contains(logs.String(), `msg="revocation sweep: binding record unreadable, skipped" record=node-broken`) {
 		t.Fatalf("skipped record not logged:\n%s", logs)
 	}
+	// A record that stays bad is logged once, not at every sweep.
+	if _, err := r.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "record=node-broken"); n != 1 {
+		t.Fatalf("the bad record was logged %d times over two sweeps, want once", n)
+	}
 	if !strings.Contains(logs.String(), `node=alias identity=`+idX+` token_id=tok002 deny="deny.nodeNames: denied, the machine bound to it"`) {
 		t.Fatalf("alias revocation does not name the entry:\n%s", logs)
 	}

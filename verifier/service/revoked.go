@@ -131,6 +131,10 @@ type Revoker struct {
 	// done holds the token IDs already revoked, so a sweep does not call
 	// the API server again for them (pruned to the IDs still on record).
 	done map[string]bool
+	// skipLogged holds the keys of unreadable records already logged, so
+	// a record that stays bad is logged once, not at every sweep (pruned
+	// to the records still skipped).
+	skipLogged map[string]bool
 }
 
 // NewRevoker checks cfg and fills defaults.
@@ -143,7 +147,7 @@ func NewRevoker(cfg RevokerConfig) (*Revoker, error) {
 	}
 	cfg.Interval = orDefault(cfg.Interval, 30*time.Second)
 	cfg.RevokeTimeout = orDefault(cfg.RevokeTimeout, 10*time.Second)
-	return &Revoker{cfg: cfg, kick: make(chan struct{}, 1), done: map[string]bool{}}, nil
+	return &Revoker{cfg: cfg, kick: make(chan struct{}, 1), done: map[string]bool{}, skipLogged: map[string]bool{}}, nil
 }
 
 // Kick asks for a sweep now; it never blocks.
@@ -186,6 +190,20 @@ func (r *Revoker) revoke(ctx context.Context, rec binding.Record, entry string) 
 	return true
 }
 
+// logSkipped logs each unreadable record once while it stays unreadable.
+func (r *Revoker) logSkipped(skipped []binding.SkippedRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := map[string]bool{}
+	for _, sk := range skipped {
+		now[sk.Key] = true
+		if !r.skipLogged[sk.Key] {
+			r.cfg.Logger.Warn("revocation sweep: binding record unreadable, skipped", logkey.Record, sk.Key, logkey.Error, sk.Reason)
+		}
+	}
+	r.skipLogged = now
+}
+
 // Sweep revokes, once, the token of every node binding the deny list in
 // force names, and returns how many it revoked.
 func (r *Revoker) Sweep(ctx context.Context) (int, error) {
@@ -199,9 +217,7 @@ func (r *Revoker) Sweep(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	// One unreadable record must not stop the sweep for every other.
-	for _, sk := range skipped {
-		r.cfg.Logger.Warn("revocation sweep: binding record unreadable, skipped", logkey.Record, sk.Key, logkey.Error, sk.Reason)
-	}
+	r.logSkipped(skipped)
 	// A denied disk or node name revokes the machine bound to it, under
 	// any of its names.
 	owner := map[string]string{}
