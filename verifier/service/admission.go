@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/metrics"
 )
 
 // Admission control for boot storms: at most Limit joins are past their
@@ -140,18 +141,55 @@ func sourceOf(ctx context.Context) string {
 	return p.Addr.String()
 }
 
-// acquire takes a slot for src or returns *errOverloaded with the hint.
-// The release function must be called once the join ends.
-func (a *admission) acquire(src string) (func(), error) {
+// slot is one admission slot taken for src. start is when the join's
+// work began, earlier than the take when the join held a slot before a
+// challenge wait (take's held), so the hold the throughput estimate
+// records is the join's whole work time, not its pieces.
+type slot struct {
+	a     *admission
+	src   string
+	start time.Time
+}
+
+// take takes a slot for src, crediting held (time the join already held
+// a slot) to it, or returns *errOverloaded with the hint.
+func (a *admission) take(src string, held time.Duration) (*slot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.admits(src) {
-		a.inFlight++
-		a.bySource[src]++
-		start := a.now()
-		return func() { a.release(src, start) }, nil
+	if !a.admits(src) {
+		return nil, &errOverloaded{retryAfter: a.retryAfterLocked()}
 	}
-	return nil, &errOverloaded{retryAfter: a.retryAfterLocked()}
+	a.inFlight++
+	a.bySource[src]++
+	return &slot{a: a, src: src, start: a.now().Add(-held)}, nil
+}
+
+// acquire is take for a join that held no slot before; the release
+// function must be called once the join ends.
+func (a *admission) acquire(src string) (func(), error) {
+	sl, err := a.take(src, 0)
+	if err != nil {
+		return nil, err
+	}
+	return sl.release, nil
+}
+
+// release gives the slot back at the end of the join, recording the
+// join's hold.
+func (s *slot) release() {
+	s.a.mu.Lock()
+	defer s.a.mu.Unlock()
+	s.a.vacateLocked(s.src)
+	s.a.recordHoldLocked(s.a.now().Sub(s.start))
+}
+
+// vacate gives the slot back for a challenge wait without recording a
+// hold, and returns the time held so far (for take's held).
+func (s *slot) vacate() time.Duration {
+	s.a.mu.Lock()
+	defer s.a.mu.Unlock()
+	s.a.vacateLocked(s.src)
+	return s.a.now().Sub(s.start)
 }
 
 // admits reports whether src may take a slot now.
@@ -170,14 +208,15 @@ func (a *admission) admits(src string) bool {
 	return a.bySource[src] < max(1, a.limit/sources)
 }
 
-func (a *admission) release(src string, start time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+func (a *admission) vacateLocked(src string) {
 	a.inFlight--
 	if a.bySource[src]--; a.bySource[src] <= 0 {
 		delete(a.bySource, src)
 	}
-	held := a.now().Sub(start)
+}
+
+// recordHoldLocked adds one join's hold to the weighted mean.
+func (a *admission) recordHoldLocked(held time.Duration) {
 	if a.meanHold <= 0 {
 		a.meanHold = held
 	} else {
@@ -218,16 +257,27 @@ func (a *admission) retryAfterLocked() time.Duration {
 	return max(d, minRetryAfter)
 }
 
-// admit is the join's admission step, after its Hello: nil and a release
-// function, or a refusal the agent retries after the hint.
-func (s *Service) admit(ctx context.Context) (func(), error) {
-	release, err := s.adm.acquire(sourceOf(ctx))
+// joinSlot is a join's admission slot and its in-flight metric.
+type joinSlot struct {
+	slot *slot
+	m    *metrics.Metrics
+}
+
+func (j *joinSlot) release() { j.m.InFlight(-1); j.slot.release() }
+
+func (j *joinSlot) vacate() time.Duration { j.m.InFlight(-1); return j.slot.vacate() }
+
+// admit is the join's admission step, after its Hello (held 0) or after a
+// challenge wait (held: the time it held a slot before): a slot, or a
+// refusal the agent retries after the hint.
+func (s *Service) admit(ctx context.Context, held time.Duration) (*joinSlot, error) {
+	sl, err := s.adm.take(sourceOf(ctx), held)
 	if err != nil {
 		s.cfg.Metrics.AdmissionRefused()
 		return nil, err
 	}
 	s.cfg.Metrics.InFlight(1)
-	return func() { s.cfg.Metrics.InFlight(-1); release() }, nil
+	return &joinSlot{slot: sl, m: s.cfg.Metrics}, nil
 }
 
 // parkForChallenge gives the join's slot back while it waits for a
@@ -241,14 +291,15 @@ func (s *Service) parkForChallenge(ctx context.Context, out *outcome) (resume fu
 	if out.slot == nil || !s.adm.park(src) {
 		return func() error { return nil }
 	}
-	out.releaseSlot()
+	held := out.slot.vacate()
+	out.slot = nil
 	return func() error {
 		s.adm.unpark(src)
-		release, err := s.admit(ctx)
+		j, err := s.admit(ctx, held)
 		if err != nil {
 			return attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "no admission slot after the challenge: %w", err)
 		}
-		out.slot = release
+		out.slot = j
 		return nil
 	}
 }
@@ -258,7 +309,7 @@ func (s *Service) parkForChallenge(ctx context.Context, out *outcome) (resume fu
 // verifier's and a slow agent must not hold a slot others could use.
 func (o *outcome) releaseSlot() {
 	if o.slot != nil {
-		o.slot()
+		o.slot.release()
 		o.slot = nil
 	}
 }

@@ -147,8 +147,10 @@ type outcome struct {
 	adopted []string
 	// revoked is the deny-list entry that refused the join.
 	revoked string
-	// slot gives back the admission slot (admission.go); once.
-	slot func()
+	// slot is the join's admission slot (admission.go), nil while it
+	// holds none (before admission, during a challenge wait, after its
+	// release).
+	slot *joinSlot
 	// shadowDecision, shadowReason and shadowPolicy: the candidate
 	// policy's verdict (shadow.go); empty without one.
 	shadowDecision, shadowReason, shadowPolicy string
@@ -178,11 +180,11 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 		return err
 	}
 	out.hello = hello
-	release, err := s.admit(stream.Context())
+	slot, err := s.admit(stream.Context(), 0)
 	if err != nil {
 		return err
 	}
-	out.slot = release
+	out.slot = slot
 	defer out.releaseSlot()
 	if len(hello.GetEvidence()) > 0 {
 		d := attest.EvidenceDigest(hello.GetEvidence())
