@@ -282,19 +282,24 @@ func (s *Service) admit(ctx context.Context, held time.Duration) (*joinSlot, err
 
 // parkForChallenge gives the join's slot back while it waits for a
 // challenge answer, when a challenge-wait place is free for its source,
-// and returns what takes a slot again once the wait is over: nil, or the
-// refusal of a join over the limit (UNAVAILABLE wrapping *errOverloaded,
-// so the agent gets RESOURCE_EXHAUSTED and the retry hint). Without a
-// free place the join keeps its slot and resume does nothing.
-func (s *Service) parkForChallenge(ctx context.Context, out *outcome) (resume func() error) {
+// and returns what ends the wait: with an answer, it takes a slot again
+// and returns nil, or the refusal of a join over the limit (UNAVAILABLE
+// wrapping *errOverloaded, so the agent gets RESOURCE_EXHAUSTED and the
+// retry hint); without one (the join is ending) it only gives the place
+// back. Without a free place the join keeps its slot and resume does
+// nothing.
+func (s *Service) parkForChallenge(ctx context.Context, out *outcome) (resume func(answered bool) error) {
 	src := sourceOf(ctx)
 	if out.slot == nil || !s.adm.park(src) {
-		return func() error { return nil }
+		return func(bool) error { return nil }
 	}
 	held := out.slot.vacate()
 	out.slot = nil
-	return func() error {
+	return func(answered bool) error {
 		s.adm.unpark(src)
+		if !answered {
+			return nil
+		}
 		j, err := s.admit(ctx, held)
 		if err != nil {
 			return attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "no admission slot after the challenge: %w", err)

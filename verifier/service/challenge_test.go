@@ -157,3 +157,33 @@ func waitLog(t *testing.T, e *env, s string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A join that gave its slot back for its challenge wait takes one again
+// with the answer; when every slot was taken meanwhile it is answered like
+// any join over the limit: RESOURCE_EXHAUSTED with the retry hint.
+func TestAnswerAfterSlotsFilledIsOverloaded(t *testing.T) {
+	e := startVerifier(t, envOpt{challenge: true, maxInFlight: 1, challengeTimeout: time.Hour})
+	a := streamFrom("127.0.0.2")(t, e)
+	h := baseHello()
+	h.Evidence = fakeEvidence(t, bindingOf(t, a, h))
+	a.Send(helloMsg(h))
+	m, err := a.Recv()
+	if err != nil || m.GetChallenge() == nil {
+		t.Fatalf("want a challenge, got %v %v", m, err)
+	}
+	// Source .3 parks one challenge in its one place and holds the slot
+	// with a second.
+	other := streamFrom("127.0.0.3")
+	defer holdChallenge(t, e, other)()
+	defer holdChallenge(t, e, other)()
+	answer := &latchkeyv1.AgentMessage{Msg: &latchkeyv1.AgentMessage_ChallengeResponse{
+		ChallengeResponse: &latchkeyv1.ChallengeResponse{Payload: m.GetChallenge().GetPayload()}}}
+	if err := a.Send(answer); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.Recv()
+	code, r, detail := refusalOf(t, err)
+	if code != codes.ResourceExhausted || r != latchkeyv1.Reason_UNAVAILABLE || detail != "verifier busy: retry after the hint" {
+		t.Fatalf("answer with every slot taken: %v %v %q, want RESOURCE_EXHAUSTED and the hint", code, r, detail)
+	}
+}

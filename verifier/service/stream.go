@@ -101,7 +101,7 @@ func (s *Service) challenger(stream latchkeyv1.JoinService_JoinServer, out *outc
 		m, err := recv(cctx, stream)
 		timedOut := errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 		cancel()
-		if rerr := resume(); rerr != nil {
+		if rerr := resume(err == nil); rerr != nil {
 			return nil, rerr
 		}
 		switch {
