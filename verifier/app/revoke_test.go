@@ -271,8 +271,9 @@ func TestDenyListStrict(t *testing.T) {
 	}
 }
 
-// The CSR approver is told no token for a denied node, so a CSR made with
-// its token before the deny entry arrived is not signed after.
+// The CSR approver is told no token for a denied node (or a node of a
+// denied machine), so a CSR made with its token before the deny entry
+// arrived is not signed after.
 func TestApproverTokensOfDeniedNode(t *testing.T) {
 	store, err := binding.NewDir(binding.DirConfig{Dir: t.TempDir()})
 	if err != nil {
@@ -288,6 +289,14 @@ func TestApproverTokensOfDeniedNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Another machine's node keeps its token through the name entry.
+	other := "tpm-ek:sha256:" + strings.Repeat("cd", 32)
+	if _, err := store.Claim(ctx, binding.Node, "n9", other); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetToken(ctx, "n9", other, "abc9de"); err != nil {
+		t.Fatal(err)
+	}
 	load := func(deny string) policy.Source {
 		snap, err := policy.Load([]byte("apiVersion: latchkey/v1\ntpm: {}\n"+deny), policy.Deps{})
 		if err != nil {
@@ -300,7 +309,9 @@ func TestApproverTokensOfDeniedNode(t *testing.T) {
 		want map[string]string
 	}{
 		{"", map[string]string{"n1": "abc1de", "n2": "abc2de"}},
-		{"deny:\n  nodeNames: [n1]\n", map[string]string{"n1": "", "n2": "abc2de"}},
+		// A name entry denies the machine bound to it, under its other
+		// names too.
+		{"deny:\n  nodeNames: [n1]\n", map[string]string{"n1": "", "n2": "", "n9": "abc9de"}},
 		{"deny:\n  ekPublicKeyHashes: [\"sha256:" + strings.Repeat("ab", 32) + "\"]\n", map[string]string{"n1": "", "n2": ""}},
 	} {
 		nt := app.NodeTokens{Store: store, Policy: load(c.deny)}

@@ -20,7 +20,7 @@ import (
 // checkRevoked refuses, as REVOKED, a verified join or re-attestation
 // that matches the policy's deny list (node name, disk UUID, machine
 // identity, EK or AK hash, SNP chip ID), or whose machine is the one a
-// denied node name or disk UUID is bound to (deniedByBinding). It runs
+// denied node name or disk UUID is bound to (DeniedByBinding). It runs
 // right after verification, so the audit line carries the attested
 // identity, and before the role check, any binding claim, key derivation
 // or mint. The matching entry goes to the audit line. A token recorded on
@@ -31,7 +31,7 @@ func (s *Service) checkRevoked(ctx context.Context, snap *policy.Snapshot, hello
 	entry := snap.Deny.Match(hello.GetNodeName(), hello.GetDiskUuid(), v)
 	if entry == "" && v != nil {
 		var err error
-		if entry, err = deniedByBinding(ctx, s.cfg.Bindings, snap.Deny, v.MachineID); err != nil {
+		if entry, err = DeniedByBinding(ctx, s.cfg.Bindings, snap.Deny, v.MachineID); err != nil {
 			return attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "deny list: %w", err)
 		}
 	}
@@ -52,14 +52,16 @@ func (s *Service) checkRevoked(ctx context.Context, snap *policy.Snapshot, hello
 		"revoked by the policy's deny list (%s); an operator readmits the machine by removing the entry", entry)
 }
 
-// deniedByBinding returns the entry that denies machine id because a
+// DeniedByBinding returns the entry that denies machine id because a
 // denied node name or disk UUID is bound to it ("deny.nodeNames:
 // worker-7, the machine bound to it"), or "". It reads one record per
 // such entry (deny lists are short), so a denied machine is refused under
 // a fresh name or disk as well. A name never bound (every node name in
 // disk-only mode) denies no machine. A record that cannot be read is an
-// error: the join cannot be shown not to be the denied machine.
-func deniedByBinding(ctx context.Context, store binding.Store, deny *policy.DenyList, id string) (string, error) {
+// error: the caller cannot show it is not the denied machine. The join,
+// the re-attestation and the CSR approver (verifier/app NodeTokens) all
+// ask it.
+func DeniedByBinding(ctx context.Context, store binding.Store, deny *policy.DenyList, id string) (string, error) {
 	if id == "" {
 		return "", nil
 	}
