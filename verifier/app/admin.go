@@ -162,13 +162,19 @@ type tokenClearer interface {
 // record names (a token latchkey did not mint, a typo) or whose Secret is
 // gone wraps ErrTokenNotFound; nothing is deleted then.
 func (t tokenAdmin) Revoke(ctx context.Context, id string) error {
-	recs, _, err := t.tokenRecords(ctx)
+	recs, skipped, err := t.tokenRecords(ctx)
 	if err != nil {
 		return err
 	}
 	i := slices.IndexFunc(recs, func(r binding.Record) bool { return r.TokenID == id })
 	if i < 0 {
-		return fmt.Errorf("%w: not the token of any node this cluster's verifiers bound (latchkey deletes only its own)", adminapi.ErrTokenNotFound)
+		why := ""
+		if len(skipped) > 0 {
+			// The token may be named by a record that cannot be read.
+			why = fmt.Sprintf("; %d unreadable binding record(s) were skipped (`bindings list` names them)", len(skipped))
+		}
+		return fmt.Errorf("%w: not the token of any node this cluster's verifiers bound (latchkey deletes only its own)%s",
+			adminapi.ErrTokenNotFound, why)
 	}
 	live, err := t.exists(ctx, id)
 	if err != nil {

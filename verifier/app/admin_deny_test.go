@@ -108,4 +108,12 @@ func TestAdminListingsReportSkippedRecords(t *testing.T) {
 	if err := ta.Revoke(ctx, "abc123"); err != nil {
 		t.Fatalf("tokens revoke with a bad record on file: %v", err)
 	}
+	// A token no readable record names is not revoked, and the refusal
+	// says records were skipped (the token may be on one of them).
+	err = ta.Revoke(ctx, "zzz999")
+	want := "token not found: not the token of any node this cluster's verifiers bound (latchkey deletes only its own); " +
+		"1 unreadable binding record(s) were skipped (`bindings list` names them)"
+	if !errors.Is(err, adminapi.ErrTokenNotFound) || err.Error() != want {
+		t.Fatalf("revoke of an unknown token: %v\nwant %q", err, want)
+	}
 }
