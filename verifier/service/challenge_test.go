@@ -186,4 +186,6 @@ func TestAnswerAfterSlotsFilledIsOverloaded(t *testing.T) {
 	if code != codes.ResourceExhausted || r != latchkeyv1.Reason_UNAVAILABLE || detail != "verifier busy: retry after the hint" {
 		t.Fatalf("answer with every slot taken: %v %v %q, want RESOURCE_EXHAUSTED and the hint", code, r, detail)
 	}
+	// The join was admitted once: its end is audited like any other.
+	waitLog(t, e, `result=failed reason=UNAVAILABLE policy=sha256:test`)
 }

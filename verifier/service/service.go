@@ -151,6 +151,9 @@ type outcome struct {
 	// holds none (before admission, during a challenge wait, after its
 	// release).
 	slot *joinSlot
+	// admitted: the join passed admission once (a later refusal for want
+	// of a slot, after a challenge wait, is audited like any other).
+	admitted bool
 	// shadowDecision, shadowReason and shadowPolicy: the candidate
 	// policy's verdict (shadow.go); empty without one.
 	shadowDecision, shadowReason, shadowPolicy string
@@ -184,7 +187,7 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 	if err != nil {
 		return err
 	}
-	out.slot = slot
+	out.slot, out.admitted = slot, true
 	defer out.releaseSlot()
 	if len(hello.GetEvidence()) > 0 {
 		d := attest.EvidenceDigest(hello.GetEvidence())
