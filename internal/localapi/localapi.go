@@ -1,7 +1,11 @@
 // Package localapi serves a latchkey program's admin API on a Unix socket
 // and dials it from the CLI. Callers are authenticated by their kernel peer
-// credentials (internal/peercred): root, or a member of a configured group.
-// Every call is logged with the caller's uid and pid.
+// credentials (internal/peercred): root, or a member of a configured group,
+// checked in the transport handshake, so a refused caller's connection is
+// closed before any of its bytes is read (each refused uid is logged
+// once). Connections (MaxConnections) and calls per connection
+// (MaxStreamsPerConnection) are capped. Every call is logged with the
+// caller's uid and pid.
 //
 // The package knows no service: each program registers its own
 // (agent/adminapi, verifier/adminapi), so internal/ depends on nothing of
@@ -46,6 +50,18 @@ type Config struct {
 	Logger   *slog.Logger
 }
 
+// Bounds on what admitted callers can make a Server hold. Callers the
+// access policy refuses hold nothing: their connection is closed in the
+// transport handshake, before a byte of it is read.
+const (
+	// MaxConnections bounds the open connections; one past it is closed
+	// at once (a CLI opens one per command).
+	MaxConnections = 16
+	// MaxStreamsPerConnection bounds the concurrent calls of one
+	// connection (the HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS sent).
+	MaxStreamsPerConnection = 8
+)
+
 // Server is a running admin API.
 type Server struct {
 	grpc *grpc.Server
@@ -62,9 +78,10 @@ func NewServer(cfg Config) (*Server, error) {
 		log = slog.Default()
 	}
 	log = log.With(logkey.Component, "localapi")
-	opts := append(peercred.ServerOptions(cfg.Access),
+	opts := append(peercred.ServerOptions(cfg.Access, log),
 		grpc.ChainUnaryInterceptor(logCalls(log)),
 		grpc.MaxRecvMsgSize(MaxRequestSize),
+		grpc.MaxConcurrentStreams(MaxStreamsPerConnection),
 	)
 	s := &Server{grpc: grpc.NewServer(opts...), log: log}
 	for _, register := range cfg.Services {
@@ -73,9 +90,10 @@ func NewServer(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Serve serves on l until Stop; it returns nil after Stop.
+// Serve serves on l, at most MaxConnections at once, until Stop; it
+// returns nil after Stop.
 func (s *Server) Serve(l net.Listener) error {
-	if err := s.grpc.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+	if err := s.grpc.Serve(peercred.LimitListener(l, MaxConnections, s.log)); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("localapi: serve: %w", err)
 	}
 	return nil

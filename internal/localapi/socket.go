@@ -22,9 +22,9 @@ type SocketConfig struct {
 	// Group, a name or gid, owns the socket (mode 0660) so its members can
 	// connect. Empty: mode 0600, only the owner and root can connect.
 	Group string
-	// Mode overrides the mode, e.g. 0666 for a DynamicUser daemon that
-	// cannot hand the socket to a group: every local user may then
-	// connect, and only the peer-credential policy decides.
+	// Mode overrides the mode, e.g. 0660 for a DynamicUser daemon: its own
+	// user and group, and root, may connect; the peer-credential policy
+	// decides who is served.
 	Mode os.FileMode
 }
 

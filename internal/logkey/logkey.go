@@ -166,6 +166,9 @@ const (
 	Kind = "kind"
 	// Name is a binding's bound name (a node name or a disk UUID).
 	Name = "name"
+	// Record is a store record's key (file, Lease or etcd key), e.g. one
+	// a listing skipped because it could not be read.
+	Record = "record"
 	// By is who released a binding ("admin uid=<uid> pid=<pid>" for the
 	// admin API).
 	By = "by"

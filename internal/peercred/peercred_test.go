@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -23,6 +24,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/latchkey/latchkey/internal/logtest"
 )
 
 // The uid and groups the child client runs as: nobody, plus a group that
@@ -36,9 +39,34 @@ const (
 // TestMain lets the test binary be the client process of another uid.
 func TestMain(m *testing.M) {
 	if sock := os.Getenv("PEERCRED_TEST_CHILD_SOCKET"); sock != "" {
+		if os.Getenv("PEERCRED_TEST_CHILD_RAW") != "" {
+			os.Exit(rawChild(sock))
+		}
 		os.Exit(childClient(sock))
 	}
 	os.Exit(m.Run())
+}
+
+// rawChild connects without gRPC, sends the HTTP/2 client preface, and
+// prints how many bytes the server sent before it closed the connection
+// and how that read ended.
+func rawChild(sock string) int {
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		fmt.Println("dial:", err)
+		return 1
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")) // failing is being closed too
+	n, err := io.Copy(io.Discard, c)
+	// Closed before the preface was read: EOF, or a reset when the
+	// unread preface was still queued. Either is "closed".
+	if errors.Is(err, syscall.ECONNRESET) {
+		err = nil
+	}
+	fmt.Printf("read=%d closed=%v\n", n, err == nil)
+	return 0
 }
 
 // childClient calls the health service on sock and prints the status code.
@@ -83,6 +111,11 @@ func (r *recorder) all() []Creds {
 // and returns the socket path and the directory (world-readable, for the
 // child's copy of the test binary).
 func serve(t *testing.T, p Policy, rec *recorder) (sock, dir string) {
+	return serveLogged(t, p, rec, nil)
+}
+
+// serveLogged is serve with the server's log written to log.
+func serveLogged(t *testing.T, p Policy, rec *recorder, log *slog.Logger) (sock, dir string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "peercred-test-")
 	if err != nil {
@@ -100,7 +133,7 @@ func serve(t *testing.T, p Policy, rec *recorder) (sock, dir string) {
 	if err := os.Chmod(sock, 0o666); err != nil { // the policy, not the mode, decides here
 		t.Fatal(err)
 	}
-	opts := append(ServerOptions(p), grpc.ChainUnaryInterceptor(rec.interceptor))
+	opts := append(ServerOptions(p, log), grpc.ChainUnaryInterceptor(rec.interceptor))
 	srv := grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go srv.Serve(l)
@@ -110,15 +143,17 @@ func serve(t *testing.T, p Policy, rec *recorder) (sock, dir string) {
 
 // runAs runs the test binary as a client under uid/gid/groups and returns
 // what it printed and its pid.
-func runAs(t *testing.T, dir, sock string, groups []uint32) (string, int) {
+func runAs(t *testing.T, dir, sock string, groups []uint32, env ...string) (string, int) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run the client under another uid")
 	}
 	bin := filepath.Join(dir, "client")
-	copyExecutable(t, bin)
+	if _, err := os.Stat(bin); err != nil {
+		copyExecutable(t, bin)
+	}
 	cmd := exec.Command(bin)
-	cmd.Env = []string{"PEERCRED_TEST_CHILD_SOCKET=" + sock}
+	cmd.Env = append([]string{"PEERCRED_TEST_CHILD_SOCKET=" + sock}, env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: childUID, Gid: childGID, Groups: groups}}
 	// The answer is read from stdout alone: stderr carries what the
 	// runtime has to say, e.g. a binary built by `go test -cover` warns
@@ -151,16 +186,53 @@ func copyExecutable(t *testing.T, dst string) {
 	}
 }
 
+// A caller the policy refuses is refused in the transport handshake: its
+// connection is closed before the server reads a byte of it (the raw
+// client's preface is never answered: no server preface, no SETTINGS),
+// its call fails as the connection's, no handler runs, and its uid is
+// logged once however often it tries.
 func TestOtherUIDIsRefused(t *testing.T) {
 	rec := &recorder{}
-	sock, dir := serve(t, Policy{Groups: []uint32{allowedGroup}}, rec)
+	logs := &logtest.Buffer{}
+	sock, dir := serveLogged(t, Policy{Groups: []uint32{allowedGroup}}, rec, slog.New(slog.NewTextHandler(logs, nil)))
 	out, pid := runAs(t, dir, sock, nil)
-	if want := fmt.Sprintf("code=PermissionDenied pid=%d", pid); out != want {
+	if want := fmt.Sprintf("code=Unavailable pid=%d", pid); out != want {
 		t.Fatalf("client as uid %d got %q, want %q", childUID, out, want)
+	}
+	raw, _ := runAs(t, dir, sock, nil, "PEERCRED_TEST_CHILD_RAW=1")
+	if raw != "read=0 closed=true" {
+		t.Fatalf("raw client as uid %d: %q, want the connection closed with nothing sent", childUID, raw)
 	}
 	if got := rec.all(); len(got) != 0 {
 		t.Fatalf("a refused call reached the handler with %v", got)
 	}
+	line := fmt.Sprintf(`msg="local API connection refused (logged once per uid)" uid=%d gid=%d pid=%d why="not root nor in an allowed group"`,
+		childUID, childGID, pid)
+	if n := strings.Count(logs.String(), "local API connection refused"); n != 1 || !strings.Contains(logs.String(), line) {
+		t.Fatalf("want one refusal line %s, got %d:\n%s", line, n, logs)
+	}
+	// Slips past a check that looks at the group alone: gid 0 without
+	// uid 0 is still refused.
+	out, pid = runAsGID(t, dir, sock, 0)
+	if want := fmt.Sprintf("code=Unavailable pid=%d", pid); out != want {
+		t.Fatalf("client as uid %d gid 0 got %q, want %q", childUID, out, want)
+	}
+}
+
+// runAsGID is runAs with primary group gid and no supplementary groups.
+func runAsGID(t *testing.T, dir, sock string, gid uint32) (string, int) {
+	t.Helper()
+	bin := filepath.Join(dir, "client")
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"PEERCRED_TEST_CHILD_SOCKET=" + sock}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: childUID, Gid: gid, Groups: []uint32{}}}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("client: %v\nstdout: %s\nstderr: %s", err, out, stderr.String())
+	}
+	return strings.TrimSpace(string(out)), cmd.Process.Pid
 }
 
 func TestAllowedGroupCarriesCallerCreds(t *testing.T) {
@@ -185,7 +257,7 @@ func TestZeroPolicyAdmitsRootOnly(t *testing.T) {
 	rec := &recorder{}
 	sock, dir := serve(t, Policy{}, rec)
 	out, pid := runAs(t, dir, sock, []uint32{allowedGroup})
-	if want := fmt.Sprintf("code=PermissionDenied pid=%d", pid); out != want {
+	if want := fmt.Sprintf("code=Unavailable pid=%d", pid); out != want {
 		t.Fatalf("zero policy: client got %q, want %q", out, want)
 	}
 	// The test process itself is root: admitted, with its own pid.

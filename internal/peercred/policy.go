@@ -3,6 +3,7 @@ package peercred
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os/user"
 	"strconv"
 
@@ -63,11 +64,13 @@ func (p Policy) StreamServerInterceptor() grpc.StreamServerInterceptor {
 }
 
 // ServerOptions returns what a gRPC server on a Unix socket needs to know
-// and check its callers: the transport credentials and both interceptors
-// (chained, so callers may add their own after them).
-func ServerOptions(p Policy) []grpc.ServerOption {
+// and check its callers: transport credentials that refuse a caller p
+// does not allow in the handshake, before any request byte is read
+// (logging each refused uid once to log), and both interceptors as a
+// second check (chained, so callers may add their own after them).
+func ServerOptions(p Policy, log *slog.Logger) []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.Creds(NewTransportCredentials()),
+		grpc.Creds(NewServerCredentials(p, log)),
 		grpc.ChainUnaryInterceptor(p.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(p.StreamServerInterceptor()),
 	}

@@ -31,7 +31,9 @@ var _ = [localapi.MaxRequestSize - MaxPolicySize - 4096]struct{}{}
 
 // Tokens lists and revokes the bootstrap tokens a verifier minted.
 type Tokens interface {
-	List(ctx context.Context) ([]*adminv1.Token, error)
+	// List returns the tokens, and the binding records it had to leave
+	// out because they could not be read (binding.SkippedError).
+	List(ctx context.Context) ([]*adminv1.Token, []*adminv1.SkippedRecord, error)
 	// Revoke deletes the token; it returns an error wrapping
 	// ErrTokenNotFound when no such token exists (a message
 	// "token not found: WHY" gives the caller the why).
@@ -52,18 +54,22 @@ type PolicyChecker interface {
 // Bindings lists and releases the verifier's binding records. by, given
 // to Release, names the caller for the store's audit line.
 type Bindings interface {
-	List(ctx context.Context) ([]*adminv1.Binding, error)
+	// List returns the records it could read, and the ones it left out.
+	List(ctx context.Context) ([]*adminv1.Binding, []*adminv1.SkippedRecord, error)
 	// Release returns what the record held; an error wrapping
 	// ErrBindingNotFound when the name is not bound, ErrBadBinding when
 	// the name is not one.
 	Release(ctx context.Context, kind adminv1.BindingKind, name, by string) (*adminv1.Binding, error)
 }
 
-// Errors Bindings.Release wraps; the API answers NOT_FOUND and
-// INVALID_ARGUMENT.
+// Errors Bindings.Release wraps; the API answers NOT_FOUND,
+// INVALID_ARGUMENT and FAILED_PRECONDITION.
 var (
 	ErrBindingNotFound = errors.New("binding not found")
 	ErrBadBinding      = errors.New("not a node name or disk uuid")
+	// ErrBindingDenied: the name is on the deny list, which denies the
+	// machine bound to it; releasing it would readmit that machine.
+	ErrBindingDenied = errors.New("binding denied")
 )
 
 // Service is the VerifierAdmin service. tokens is nil in disk-only mode
@@ -94,11 +100,11 @@ func (v *verifierServer) ListTokens(ctx context.Context, _ *adminv1.ListTokensRe
 	if v.tokens == nil {
 		return nil, errDiskOnly
 	}
-	ts, err := v.tokens.List(ctx)
+	ts, skipped, err := v.tokens.List(ctx)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "list tokens: %v", err)
 	}
-	return &adminv1.ListTokensResponse{Tokens: ts}, nil
+	return &adminv1.ListTokensResponse{Tokens: ts, Skipped: skipped}, nil
 }
 
 func (v *verifierServer) RevokeToken(ctx context.Context, req *adminv1.RevokeTokenRequest) (*adminv1.RevokeTokenResponse, error) {
@@ -142,11 +148,11 @@ func (v *verifierServer) ListBindings(ctx context.Context, _ *adminv1.ListBindin
 	if v.bindings == nil {
 		return nil, status.Error(codes.Unimplemented, "this server keeps no bindings")
 	}
-	bs, err := v.bindings.List(ctx)
+	bs, skipped, err := v.bindings.List(ctx)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "list bindings: %v", err)
 	}
-	return &adminv1.ListBindingsResponse{Bindings: bs}, nil
+	return &adminv1.ListBindingsResponse{Bindings: bs, Skipped: skipped}, nil
 }
 
 // ReleaseBinding releases one record and writes the audit line: who (the
@@ -166,6 +172,8 @@ func (v *verifierServer) ReleaseBinding(ctx context.Context, req *adminv1.Releas
 		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
 	case errors.Is(err, ErrBindingNotFound):
 		return nil, status.Errorf(codes.NotFound, "%v", err)
+	case errors.Is(err, ErrBindingDenied):
+		return nil, status.Errorf(codes.FailedPrecondition, "%v", err)
 	case err != nil:
 		return nil, status.Errorf(codes.Unavailable, "release binding: %v", err)
 	}

@@ -28,17 +28,17 @@ type fakeTokens struct {
 	failList bool
 }
 
-func (f *fakeTokens) List(context.Context) ([]*adminv1.Token, error) {
+func (f *fakeTokens) List(context.Context) ([]*adminv1.Token, []*adminv1.SkippedRecord, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failList {
-		return nil, errors.New("apiserver unreachable")
+		return nil, nil, errors.New("apiserver unreachable")
 	}
 	var out []*adminv1.Token
 	for _, t := range f.tokens {
 		out = append(out, t)
 	}
-	return out, nil
+	return out, nil, nil
 }
 
 func (f *fakeTokens) Revoke(_ context.Context, id string) error {
@@ -158,8 +158,8 @@ type fakeBindings struct {
 	by []string
 }
 
-func (f *fakeBindings) List(context.Context) ([]*adminv1.Binding, error) {
-	return []*adminv1.Binding{{Kind: adminv1.BindingKind_BINDING_KIND_NODE, Name: "worker-1", Identity: "tpm-ek:sha256:ab", TokenId: "abcdef", CreatedUnix: 1_790_000_000}}, nil
+func (f *fakeBindings) List(context.Context) ([]*adminv1.Binding, []*adminv1.SkippedRecord, error) {
+	return []*adminv1.Binding{{Kind: adminv1.BindingKind_BINDING_KIND_NODE, Name: "worker-1", Identity: "tpm-ek:sha256:ab", TokenId: "abcdef", CreatedUnix: 1_790_000_000}}, nil, nil
 }
 
 func (f *fakeBindings) Release(_ context.Context, k adminv1.BindingKind, name, by string) (*adminv1.Binding, error) {

@@ -81,3 +81,16 @@ func roleName(r latchkeyv1.Role) string {
 	}
 	return "-"
 }
+
+// WriteSkipped prints the records a listing left out because they could
+// not be read, one line each, so an operator sees them next to the table
+// (on stderr) instead of a listing that silently lacks them.
+func WriteSkipped(w io.Writer, skipped []*adminv1.SkippedRecord) {
+	if len(skipped) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "warning: %d unreadable record(s) left out of the listing:\n", len(skipped))
+	for _, s := range skipped {
+		fmt.Fprintf(w, "  %s: %s\n", s.GetKey(), s.GetReason())
+	}
+}

@@ -49,10 +49,10 @@ type tokenAdmin struct {
 // probeWorkers bounds the concurrent existence checks of one List.
 const probeWorkers = 16
 
-func (t tokenAdmin) List(ctx context.Context) ([]*adminv1.Token, error) {
-	recs, err := t.tokenRecords(ctx)
+func (t tokenAdmin) List(ctx context.Context) ([]*adminv1.Token, []*adminv1.SkippedRecord, error) {
+	recs, skipped, err := t.tokenRecords(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	live := make([]bool, len(recs))
 	errs := make([]error, len(recs))
@@ -74,7 +74,7 @@ func (t tokenAdmin) List(ctx context.Context) ([]*adminv1.Token, error) {
 	close(next)
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]*adminv1.Token, 0, len(recs))
 	for i, r := range recs {
@@ -82,17 +82,20 @@ func (t tokenAdmin) List(ctx context.Context) ([]*adminv1.Token, error) {
 			out = append(out, tokenInfo(r))
 		}
 	}
-	return out, nil
+	return out, skippedInfo(skipped), nil
 }
 
-// tokenRecords are the bound node records that name a token.
-func (t tokenAdmin) tokenRecords(ctx context.Context) ([]binding.Record, error) {
+// tokenRecords are the bound node records that name a token, and the
+// records the listing skipped (unreadable: they are left out, so one bad
+// record does not stop every token from being listed or revoked).
+func (t tokenAdmin) tokenRecords(ctx context.Context) ([]binding.Record, []binding.SkippedRecord, error) {
 	if t.bindings == nil {
-		return nil, errors.New("no binding store")
+		return nil, nil, errors.New("no binding store")
 	}
 	all, err := t.bindings.List(ctx)
+	skipped, err := binding.Skipped(err)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []binding.Record
 	for _, r := range all {
@@ -100,7 +103,16 @@ func (t tokenAdmin) tokenRecords(ctx context.Context) ([]binding.Record, error) 
 			out = append(out, r)
 		}
 	}
-	return out, nil
+	return out, skipped, nil
+}
+
+// skippedInfo is the admin API's view of skipped records.
+func skippedInfo(s []binding.SkippedRecord) []*adminv1.SkippedRecord {
+	out := make([]*adminv1.SkippedRecord, 0, len(s))
+	for _, r := range s {
+		out = append(out, &adminv1.SkippedRecord{Key: r.Key, Reason: r.Reason})
+	}
+	return out
 }
 
 // exists asks whether the token's Secret exists with a dry-run delete.
@@ -150,13 +162,19 @@ type tokenClearer interface {
 // record names (a token latchkey did not mint, a typo) or whose Secret is
 // gone wraps ErrTokenNotFound; nothing is deleted then.
 func (t tokenAdmin) Revoke(ctx context.Context, id string) error {
-	recs, err := t.tokenRecords(ctx)
+	recs, skipped, err := t.tokenRecords(ctx)
 	if err != nil {
 		return err
 	}
 	i := slices.IndexFunc(recs, func(r binding.Record) bool { return r.TokenID == id })
 	if i < 0 {
-		return fmt.Errorf("%w: not the token of any node this cluster's verifiers bound (latchkey deletes only its own)", adminapi.ErrTokenNotFound)
+		why := ""
+		if len(skipped) > 0 {
+			// The token may be named by a record that cannot be read.
+			why = fmt.Sprintf("; %d unreadable binding record(s) were skipped (`bindings list` names them)", len(skipped))
+		}
+		return fmt.Errorf("%w: not the token of any node this cluster's verifiers bound (latchkey deletes only its own)%s",
+			adminapi.ErrTokenNotFound, why)
 	}
 	live, err := t.exists(ctx, id)
 	if err != nil {
@@ -177,24 +195,38 @@ func (t tokenAdmin) Revoke(ctx context.Context, id string) error {
 }
 
 // bindingAdmin lists and releases binding records for the admin API.
-type bindingAdmin struct{ store binding.Store }
+// A name the deny list in force names (deny.nodeNames, deny.diskUUIDs) is
+// not released: the entry denies the machine bound to it, and releasing
+// the name would let that machine back in under a fresh name.
+type bindingAdmin struct {
+	store  binding.Store
+	policy policy.Source
+}
 
-func (b bindingAdmin) List(ctx context.Context) ([]*adminv1.Binding, error) {
+func (b bindingAdmin) List(ctx context.Context) ([]*adminv1.Binding, []*adminv1.SkippedRecord, error) {
 	rs, err := b.store.List(ctx)
+	skipped, err := binding.Skipped(err)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([]*adminv1.Binding, 0, len(rs))
 	for _, r := range rs {
 		out = append(out, bindingInfo(r))
 	}
-	return out, nil
+	return out, skippedInfo(skipped), nil
 }
 
 func (b bindingAdmin) Release(ctx context.Context, kind adminv1.BindingKind, name, by string) (*adminv1.Binding, error) {
 	k := binding.Disk
 	if kind == adminv1.BindingKind_BINDING_KIND_NODE {
 		k = binding.Node
+	}
+	if b.policy != nil {
+		deny := b.policy.Current().Deny
+		if (k == binding.Node && deny.DeniesNode(name)) || (k == binding.Disk && deny.DeniesDisk(name)) {
+			return nil, fmt.Errorf("%w: %s %s is on the policy's deny list, which denies the machine bound to it; "+
+				"remove the entry first", adminapi.ErrBindingDenied, k, name)
+		}
 	}
 	r, err := b.store.Release(ctx, k, name, by)
 	switch {

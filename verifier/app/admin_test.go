@@ -74,7 +74,7 @@ func TestTokenAdminListsAndRevokesFromBindings(t *testing.T) {
 	}
 	m := &recordingMinter{}
 	ta := tokenAdmin{client: c, minter: m, bindings: leases}
-	list, err := ta.List(ctx)
+	list, _, err := ta.List(ctx)
 	if err != nil || len(list) != 1 {
 		t.Fatalf("list %v err %v, want node-a's token alone", list, err)
 	}

@@ -187,7 +187,8 @@ func (v *Verifier) buildServer() error {
 	svc, err := service.New(service.Config{Policy: v.store, Keys: v.keys, Minter: v.Minter,
 		Bindings: v.bindings, AdoptUnbound: v.cfg.Identity.AdoptUnbound,
 		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics, Revoker: v.revoker,
-		MaxInFlight: v.cfg.Limits.MaxJoinsInFlight, PolicyNext: v.policyNext()})
+		MaxInFlight: v.cfg.Limits.MaxJoinsInFlight, ChallengeTimeout: v.cfg.Limits.ChallengeTimeout.Duration,
+		PolicyNext: v.policyNext()})
 	if err != nil {
 		return err
 	}
@@ -333,8 +334,9 @@ func (v *Verifier) serveMetrics(ctx context.Context) {
 }
 
 // serveAdmin serves the local admin API ("-" disables it). The socket is
-// 0666 because a DynamicUser daemon cannot hand it to a group; the peer
-// credential check (root only) decides who gets in.
+// 0660: the verifier's own (dynamic) user and group, and root, may
+// connect; the peer-credential check in the transport handshake admits
+// root only.
 func (v *Verifier) serveAdmin() func() {
 	if v.cfg.AdminSocket == "-" {
 		return func() {}
@@ -344,10 +346,10 @@ func (v *Verifier) serveAdmin() func() {
 		tokens = tokenAdmin{client: v.kube, minter: v.Minter, bindings: v.bindings}
 	}
 	srv, err := localapi.NewServer(localapi.Config{Logger: v.deps.Logger,
-		Services: []localapi.Service{adminapi.Service(tokens, policyChecker{v.policyDeps}, bindingAdmin{v.bindings})}})
+		Services: []localapi.Service{adminapi.Service(tokens, policyChecker{v.policyDeps}, bindingAdmin{store: v.bindings, policy: v.store})}})
 	var lis net.Listener
 	if err == nil {
-		lis, err = localapi.Listen(localapi.SocketConfig{Path: v.cfg.AdminSocket, Mode: 0o666})
+		lis, err = localapi.Listen(localapi.SocketConfig{Path: v.cfg.AdminSocket, Mode: 0o660})
 	}
 	if err != nil {
 		v.deps.Logger.Warn("admin API not available", logkey.Socket, v.cfg.AdminSocket, logkey.Error, err.Error())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/latchkey/latchkey/internal/duration"
 	"github.com/latchkey/latchkey/internal/localapi"
+	"github.com/latchkey/latchkey/verifier/service"
 )
 
 // DefaultConfigPath is where serve looks for its config file.
@@ -85,6 +86,12 @@ type Limits struct {
 	// timeout; the last quarter of the slots is kept for sources (IP
 	// addresses) below their fair share.
 	MaxJoinsInFlight int `json:"maxJoinsInFlight,omitempty"`
+	// ChallengeTimeout bounds each wait for a challenge answer (default
+	// 5s, service.DefaultChallengeTimeout; at most joinTimeout). Before
+	// the answer nothing proves the caller holds a TPM, so the wait is
+	// short, and it holds no in-flight slot while a challenge-wait place
+	// is free (maxJoinsInFlight/2 per source, 4 x maxJoinsInFlight in all).
+	ChallengeTimeout Duration `json:"challengeTimeout,omitempty"`
 }
 
 // Identity configures identity binding (verifier/binding). Bindings are
@@ -216,11 +223,30 @@ func (c *Config) Validate() error {
 	if err := c.validateEtcd(); err != nil {
 		return err
 	}
+	if err := c.validateLimits(); err != nil {
+		return err
+	}
 	if k := c.Kubernetes; k != nil && (k.APIQPS < 0 || k.APIBurst < 0) {
 		return fmt.Errorf("kubernetes.apiQPS %v, apiBurst %d: want 0 (default) or more", k.APIQPS, k.APIBurst)
 	}
 	if k := c.Kubernetes; k != nil && k.Discovery != "" && k.Discovery != "file" && k.Discovery != "token" {
 		return fmt.Errorf("kubernetes.discovery %q: want file or token", k.Discovery)
+	}
+	return nil
+}
+
+// validateLimits checks the limits that have a range: the challenge
+// timeout is not negative and not longer than a whole join.
+func (c *Config) validateLimits() error {
+	ct, jt := c.Limits.ChallengeTimeout.Duration, c.JoinTimeout.Duration
+	if jt <= 0 {
+		jt = service.DefaultJoinTimeout
+	}
+	switch {
+	case ct < 0:
+		return fmt.Errorf("limits.challengeTimeout %s: want 0 (default %s) or more", ct, service.DefaultChallengeTimeout)
+	case ct > jt:
+		return fmt.Errorf("limits.challengeTimeout %s is longer than joinTimeout %s", ct, jt)
 	}
 	return nil
 }

@@ -142,6 +142,14 @@ func (r *idRig) lastDecision(t *testing.T) string {
 // calls it (peer credentials: the test runs as root).
 func (r *idRig) admin(t *testing.T) adminv1.VerifierAdminClient {
 	t.Helper()
+	// 0660: the verifier's user and group, and root; never every user.
+	fi, err := os.Stat(r.cfg.AdminSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o660 {
+		t.Fatalf("admin socket mode %v, want 0660", fi.Mode().Perm())
+	}
 	conn, err := localapi.Dial(r.cfg.AdminSocket)
 	if err != nil {
 		t.Fatal(err)

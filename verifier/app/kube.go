@@ -17,6 +17,7 @@ import (
 	"github.com/latchkey/latchkey/verifier/csr"
 	"github.com/latchkey/latchkey/verifier/metrics"
 	"github.com/latchkey/latchkey/verifier/policy"
+	"github.com/latchkey/latchkey/verifier/service"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
@@ -79,7 +80,8 @@ func runApprover(ctx context.Context, client kubernetes.Interface, b binding.Sto
 
 // NodeTokens gives the CSR approver the token ID a node's binding record
 // holds: "" when the node has no record (or a released one), or when the
-// policy in force denies the node's name or its bound machine, so its CSR
+// policy in force denies the node's name or its bound machine (by an
+// identity entry, or as the machine bound to a denied name or disk), so its CSR
 // is denied (a CSR made with a token before the node was revoked is not
 // signed after).
 type NodeTokens struct {
@@ -95,8 +97,15 @@ func (n NodeTokens) NodeTokenID(ctx context.Context, node string) (string, error
 		return "", nil
 	}
 	if err == nil && n.Policy != nil {
-		if d := n.Policy.Current().Deny; d.DeniesNode(node) || d.MatchIdentity(r.Identity) != "" {
+		d := n.Policy.Current().Deny
+		if d.DeniesNode(node) || d.MatchIdentity(r.Identity) != "" {
 			return "", nil
+		}
+		// A denied name or disk denies the machine bound to it, under
+		// this name too.
+		entry, derr := service.DeniedByBinding(ctx, n.Store, d, r.Identity)
+		if derr != nil || entry != "" {
+			return "", derr
 		}
 	}
 	return r.TokenID, err

@@ -92,7 +92,9 @@ type denyCase struct {
 	entry string
 	sweep bool
 	// keep says which of the denied node's names a fresh first join
-	// keeps (the denied one), "" for identity entries (both fresh).
+	// keeps (the denied one), "" for identity entries (both fresh). A
+	// name entry is also tried with both names fresh: it denies the
+	// machine bound to the name.
 	keep string
 }
 
@@ -117,6 +119,12 @@ func runDenyCases(t *testing.T, r *idRig, pol map[string]any, iss attest.Issuer,
 				}
 			}
 			r.refusedRevoked(t, iss, req(nodes[i], disks[i], true, true), c.entry)
+			// Its re-attestation is refused too, and recorded as refused
+			// on the node's Lease, so the taint controller taints it.
+			re := req(nodes[i], disks[i], true, false)
+			re.Reattest = true
+			r.refusedRevoked(t, iss, re, c.entry)
+			r.wantRecorded(t, nodes[i], binding.DecisionRefused, "REVOKED")
 			// A revoked machine claims nothing new either.
 			fresh := req("fresh-"+nodes[i], "00000000-0000-4000-8000-0000000000f"+fmt.Sprint(i), false, false)
 			switch c.keep {
@@ -126,6 +134,19 @@ func runDenyCases(t *testing.T, r *idRig, pol map[string]any, iss attest.Issuer,
 				fresh.DiskUUID = disks[i]
 			}
 			r.refusedRevoked(t, iss, fresh, c.entry)
+			// A name or disk entry denies the machine bound to it: under
+			// a fresh node name and a fresh disk (all the machine
+			// controls) it is refused too, and claims neither.
+			if c.keep != "" {
+				allFresh := req("fresh2-"+nodes[i], "00000000-0000-4000-8000-0000000000e"+fmt.Sprint(i), false, false)
+				r.refusedRevoked(t, iss, allFresh, policy.BoundMachineEntry(c.entry))
+				if _, err := r.bindingsStore(t).Get(context.Background(), binding.Node, allFresh.NodeName); !errors.Is(err, binding.ErrNotFound) {
+					t.Fatalf("a denied machine claimed a fresh node name: %v", err)
+				}
+				if _, err := r.bindingsStore(t).Get(context.Background(), binding.Disk, allFresh.DiskUUID); !errors.Is(err, binding.ErrNotFound) {
+					t.Fatalf("a denied machine claimed a fresh disk: %v", err)
+				}
+			}
 			if n := strings.Count(r.logs.String(), fmt.Sprintf(`msg="revoked bootstrap token of a denied node" node=%s `, nodes[i])); n != 1 {
 				t.Fatalf("the token of %s was revoked %d times, want once (sweep and refusal share the record)", nodes[i], n)
 			}
@@ -139,6 +160,28 @@ func runDenyCases(t *testing.T, r *idRig, pol map[string]any, iss attest.Issuer,
 			}
 		})
 	}
+}
+
+// wantRecorded checks the latest re-attestation result on node's Lease.
+func (r *idRig) wantRecorded(t *testing.T, node, decision, reason string) {
+	t.Helper()
+	leases, ok := r.bindingsStore(t).(*binding.Leases)
+	if !ok {
+		t.Fatal("the rig keeps no Leases")
+	}
+	sts, err := leases.NodeStatuses(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sts {
+		if st.Node == node {
+			if st.Last == nil || st.Last.Decision != decision || st.Last.Reason != reason {
+				t.Fatalf("node %s: recorded %+v, want %s %s", node, st.Last, decision, reason)
+			}
+			return
+		}
+	}
+	t.Fatalf("node %s has no bound record", node)
 }
 
 func testDisk(i int) string { return fmt.Sprintf("7d3f0a2e-4c1b-4e5a-9b8c-%012d", i) }
@@ -228,8 +271,9 @@ func TestDenyListStrict(t *testing.T) {
 	}
 }
 
-// The CSR approver is told no token for a denied node, so a CSR made with
-// its token before the deny entry arrived is not signed after.
+// The CSR approver is told no token for a denied node (or a node of a
+// denied machine), so a CSR made with its token before the deny entry
+// arrived is not signed after.
 func TestApproverTokensOfDeniedNode(t *testing.T) {
 	store, err := binding.NewDir(binding.DirConfig{Dir: t.TempDir()})
 	if err != nil {
@@ -245,6 +289,14 @@ func TestApproverTokensOfDeniedNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Another machine's node keeps its token through the name entry.
+	other := "tpm-ek:sha256:" + strings.Repeat("cd", 32)
+	if _, err := store.Claim(ctx, binding.Node, "n9", other); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetToken(ctx, "n9", other, "abc9de"); err != nil {
+		t.Fatal(err)
+	}
 	load := func(deny string) policy.Source {
 		snap, err := policy.Load([]byte("apiVersion: latchkey/v1\ntpm: {}\n"+deny), policy.Deps{})
 		if err != nil {
@@ -257,7 +309,9 @@ func TestApproverTokensOfDeniedNode(t *testing.T) {
 		want map[string]string
 	}{
 		{"", map[string]string{"n1": "abc1de", "n2": "abc2de"}},
-		{"deny:\n  nodeNames: [n1]\n", map[string]string{"n1": "", "n2": "abc2de"}},
+		// A name entry denies the machine bound to it, under its other
+		// names too.
+		{"deny:\n  nodeNames: [n1]\n", map[string]string{"n1": "", "n2": "", "n9": "abc9de"}},
 		{"deny:\n  ekPublicKeyHashes: [\"sha256:" + strings.Repeat("ab", 32) + "\"]\n", map[string]string{"n1": "", "n2": ""}},
 	} {
 		nt := app.NodeTokens{Store: store, Policy: load(c.deny)}

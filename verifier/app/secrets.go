@@ -118,7 +118,9 @@ func (v *Verifier) countGenerations(ctx context.Context) {
 	t := time.NewTicker(generationCountInterval)
 	defer t.Stop()
 	for {
-		if recs, err := v.bindings.List(ctx); err == nil {
+		recs, err := v.bindings.List(ctx)
+		if _, err = binding.Skipped(err); err == nil {
+			// Skipped records are not counted; `bindings list` names them.
 			v.metrics.DisksByKeyGeneration(binding.CountByGeneration(recs))
 		} else if ctx.Err() == nil {
 			v.deps.Logger.Warn("count disks by key generation", logkey.Error, err.Error())

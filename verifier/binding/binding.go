@@ -119,7 +119,9 @@ type Store interface {
 	// over, and returns what it held. Releasing a record that is not
 	// bound is an error wrapping ErrNotFound.
 	Release(ctx context.Context, kind Kind, name, by string) (Record, error)
-	// List returns every record.
+	// List returns every record it can read. A record that cannot be
+	// read is left out and named in a *SkippedError returned with the
+	// rest (skipped.go); any other error means no listing.
 	List(ctx context.Context) ([]Record, error)
 }
 
@@ -141,7 +143,7 @@ func validRecord(r Record) bool {
 	if validate(r.Kind, r.Name, r.Identity, r.Released.IsZero()) != nil {
 		return false
 	}
-	if r.KeyGeneration != nil && r.Kind != Disk {
+	if r.KeyGeneration != nil && (r.Kind != Disk || *r.KeyGeneration > MaxGeneration) {
 		return false
 	}
 	return r.Released.IsZero() || (r.Identity == "" && r.TokenID == "")

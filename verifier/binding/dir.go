@@ -200,24 +200,30 @@ func (d *Dir) Release(_ context.Context, kind Kind, name, by string) (Record, er
 	return was, nil
 }
 
-// List implements Store.
+// List implements Store; an unreadable file is skipped and reported
+// (*SkippedError).
 func (d *Dir) List(_ context.Context) ([]Record, error) {
 	entries, err := os.ReadDir(d.dir)
 	if err != nil {
 		return nil, fmt.Errorf("binding: %w", err)
 	}
 	var out []Record
+	var skipped skipList
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), ".") || !e.Type().IsRegular() {
 			continue
 		}
 		r, err := d.read(filepath.Join(d.dir, e.Name()))
+		if errors.Is(err, ErrNotFound) {
+			continue // removed since ReadDir
+		}
 		if err != nil {
-			return nil, err
+			skipped.add(e.Name(), err)
+			continue
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return out, skipped.err()
 }
 
 // create writes r to p unless p exists (fs.ErrExist), atomically.

@@ -33,13 +33,24 @@ var (
 	_ GenerationRecorder = (*Leases)(nil)
 )
 
-// maxGeneration matches keys.MaxGeneration (binding does not import the
-// key package).
-const maxGeneration = 1<<31 - 1
+// MaxGeneration is the largest master-secret generation a record holds;
+// it matches keys.MaxGeneration (binding does not import the key
+// package). Every store refuses a larger one on write (ErrInvalid) and
+// on read (the record is invalid), so a number a Hello named can never
+// make a record that some store, or some replica, cannot read back.
+const MaxGeneration = 1<<31 - 1
+
+// checkGeneration refuses a generation out of range.
+func checkGeneration(gen uint32) error {
+	if gen > MaxGeneration {
+		return fmt.Errorf("%w: key generation %d is over %d", ErrInvalid, gen, MaxGeneration)
+	}
+	return nil
+}
 
 func parseGeneration(s string) (uint32, error) {
 	n, err := strconv.ParseUint(s, 10, 32)
-	if err != nil || n > maxGeneration || strconv.FormatUint(n, 10) != s {
+	if err != nil || n > MaxGeneration || strconv.FormatUint(n, 10) != s {
 		return 0, errors.New("not a generation number")
 	}
 	return uint32(n), nil
@@ -48,6 +59,9 @@ func parseGeneration(s string) (uint32, error) {
 // SetKeyGeneration implements GenerationRecorder.
 func (d *Dir) SetKeyGeneration(_ context.Context, disk, identity string, gen uint32) error {
 	if err := validate(Disk, disk, identity, true); err != nil {
+		return err
+	}
+	if err := checkGeneration(gen); err != nil {
 		return err
 	}
 	return d.update(Disk, disk, func(r Record) (*Record, error) {
@@ -69,6 +83,9 @@ func (d *Dir) SetKeyGeneration(_ context.Context, disk, identity string, gen uin
 // identity-checked update of every bound-record change.
 func (l *Leases) SetKeyGeneration(ctx context.Context, disk, identity string, gen uint32) error {
 	if err := validate(Disk, disk, identity, true); err != nil {
+		return err
+	}
+	if err := checkGeneration(gen); err != nil {
 		return err
 	}
 	want := strconv.FormatUint(uint64(gen), 10)
@@ -145,10 +162,16 @@ var (
 
 // ClaimGeneration implements GenerationClaimer.
 func (d *Dir) ClaimGeneration(_ context.Context, disk, identity string, gen uint32) (Record, bool, error) {
+	if err := checkGeneration(gen); err != nil {
+		return Record{}, false, err
+	}
 	return d.claim(Disk, disk, identity, &gen)
 }
 
 // ClaimGeneration implements GenerationClaimer.
 func (l *Leases) ClaimGeneration(ctx context.Context, disk, identity string, gen uint32) (Record, bool, error) {
+	if err := checkGeneration(gen); err != nil {
+		return Record{}, false, err
+	}
 	return l.claim(ctx, Disk, disk, identity, &gen)
 }

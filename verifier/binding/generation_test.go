@@ -38,6 +38,18 @@ func testGenerationStore(t *testing.T, s binding.Store, disk, other string) {
 	if err := rec.SetKeyGeneration(ctx, "00000000-0000-4000-8000-00000000ffff", idA, 1); !errors.Is(err, binding.ErrNotFound) {
 		t.Fatalf("generation of an unrecorded disk: %v", err)
 	}
+	// A generation no store reads back is refused on write (every
+	// store: an out-of-range number must never make a record unreadable).
+	for _, bad := range []uint32{binding.MaxGeneration + 1, 1<<32 - 1} {
+		if err := rec.SetKeyGeneration(ctx, disk, idA, bad); !errors.Is(err, binding.ErrInvalid) {
+			t.Fatalf("generation %d: %v, want ErrInvalid", bad, err)
+		}
+		if gc, ok := s.(binding.GenerationClaimer); ok {
+			if _, _, err := gc.ClaimGeneration(ctx, "00000000-0000-4000-8000-00000000fffe", idA, bad); !errors.Is(err, binding.ErrInvalid) {
+				t.Fatalf("claim with generation %d: %v, want ErrInvalid", bad, err)
+			}
+		}
+	}
 	r, err := s.Get(ctx, binding.Disk, disk)
 	if err != nil || r.KeyGeneration == nil || *r.KeyGeneration != 3 {
 		t.Fatalf("record %+v %v, want generation 3", r, err)

@@ -363,21 +363,24 @@ func (l *Leases) Release(ctx context.Context, kind Kind, name, by string) (Recor
 	return r, nil
 }
 
-// List implements Store.
+// List implements Store; a Lease that is not a valid record is skipped
+// and reported (*SkippedError).
 func (l *Leases) List(ctx context.Context) ([]Record, error) {
 	ls, err := l.leases().List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy + "," + LabelKind})
 	if err != nil {
 		return nil, fmt.Errorf("binding: list leases in %s: %w", l.ns, err)
 	}
 	out := make([]Record, 0, len(ls.Items))
+	var skipped skipList
 	for i := range ls.Items {
 		r, err := record(&ls.Items[i])
 		if err != nil {
-			return nil, err
+			skipped.add(ls.Items[i].Name, err)
+			continue
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return out, skipped.err()
 }
 
 func (l *Leases) leases() coordclient.LeaseInterface {

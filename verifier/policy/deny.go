@@ -3,6 +3,8 @@ package policy
 import (
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -28,7 +30,17 @@ import (
 //
 // machineIDs are the identities the verifier binds names to (the audit
 // line's identity= and `latchkey-verifier bindings list`), so an operator
-// can revoke exactly what a log line names. The list is reloaded with the
+// can revoke exactly what a log line names.
+//
+// A nodeNames or diskUUIDs entry denies a machine, not only a name: the
+// machine identity the binding store holds for that name is denied too
+// (REVOKED "deny.nodeNames: worker-7, the machine bound to it"), so the
+// machine cannot come back under a fresh node name or disk. The service
+// looks the bound identity up at each join; `bindings release` of a
+// denied name is refused, so the machine stays bound to it as long as the
+// entry stands. In disk-only mode node names are never bound: there a
+// nodeNames entry denies the name only, and the identity forms (or the
+// disk's UUID) are what deny a machine. The list is reloaded with the
 // policy; a join that matches any entry is refused as REVOKED right after
 // its evidence is verified, before any binding is claimed, key derived or
 // token minted.
@@ -203,6 +215,27 @@ func (l *DenyList) MatchIdentity(id string) string {
 	}
 	return ""
 }
+
+// NodeNames returns the denied node names, sorted.
+func (l *DenyList) NodeNames() []string {
+	if l == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(l.nodes))
+}
+
+// DiskUUIDs returns the denied disk UUIDs, sorted.
+func (l *DenyList) DiskUUIDs() []string {
+	if l == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(l.disks))
+}
+
+// BoundMachineEntry is the deny entry that denies a machine because a
+// denied node name or disk UUID (entry, "deny.nodeNames: worker-7") is
+// bound to it: "deny.nodeNames: worker-7, the machine bound to it".
+func BoundMachineEntry(entry string) string { return entry + ", the machine bound to it" }
 
 // DeniesNode reports whether node names a denied node.
 func (l *DenyList) DeniesNode(node string) bool { return l != nil && l.nodes[node] }

@@ -9,7 +9,9 @@ import (
 
 	"google.golang.org/grpc/peer"
 
+	"github.com/latchkey/latchkey/attest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/verifier/metrics"
 )
 
 // Admission control for boot storms: at most Limit joins are past their
@@ -30,6 +32,19 @@ import (
 // slots goes only to sources holding fewer than their fair share
 // (Limit / sources in flight), so one address flooding the port cannot
 // keep every other node out.
+//
+// Challenge waits: a join waiting for its challenge answer does no work
+// of the verifier's, and before that answer nothing proves the caller has
+// a TPM (a client with a software "AK" and another machine's EK
+// certificate gets the challenge and can simply never answer). So while
+// it waits (at most Config.ChallengeTimeout) the join gives its slot back
+// and holds a challenge-wait place instead; with the answer it takes a
+// slot again (or is answered RESOURCE_EXHAUSTED like any join over the
+// limit). Wait places are capped at Limit/2 per source and 4 x Limit in
+// all: a join that finds none keeps its slot while it waits, as before,
+// bounded by the challenge timeout. Real joins therefore get a slot
+// however many addresses hold unanswered challenges, and those addresses
+// cost the verifier a bounded number of idle streams.
 
 // Bounds of the retry-after hint.
 const (
@@ -64,6 +79,9 @@ type admission struct {
 	mu       sync.Mutex
 	inFlight int
 	bySource map[string]int
+	// waiting and waitingBySource count the challenge-wait places.
+	waiting         int
+	waitingBySource map[string]int
 	// meanHold is the weighted mean time a join holds its slot.
 	meanHold time.Duration
 	// next is the virtual queue's tail: when the last refused join was
@@ -75,7 +93,33 @@ func newAdmission(limit int, now func() time.Time) *admission {
 	if limit <= 0 {
 		limit = DefaultMaxInFlight()
 	}
-	return &admission{limit: limit, now: now, bySource: map[string]int{}}
+	return &admission{limit: limit, now: now, bySource: map[string]int{}, waitingBySource: map[string]int{}}
+}
+
+// maxWaiting and maxWaitingPerSource cap the challenge-wait places.
+func (a *admission) maxWaiting() int          { return 4 * a.limit }
+func (a *admission) maxWaitingPerSource() int { return max(1, a.limit/2) }
+
+// park takes a challenge-wait place for src if one is free.
+func (a *admission) park(src string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.waiting >= a.maxWaiting() || a.waitingBySource[src] >= a.maxWaitingPerSource() {
+		return false
+	}
+	a.waiting++
+	a.waitingBySource[src]++
+	return true
+}
+
+// unpark gives a challenge-wait place back.
+func (a *admission) unpark(src string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.waiting--
+	if a.waitingBySource[src]--; a.waitingBySource[src] <= 0 {
+		delete(a.waitingBySource, src)
+	}
 }
 
 // errOverloaded is the refusal of a join over the admission limit.
@@ -97,18 +141,55 @@ func sourceOf(ctx context.Context) string {
 	return p.Addr.String()
 }
 
-// acquire takes a slot for src or returns *errOverloaded with the hint.
-// The release function must be called once the join ends.
-func (a *admission) acquire(src string) (func(), error) {
+// slot is one admission slot taken for src. start is when the join's
+// work began, earlier than the take when the join held a slot before a
+// challenge wait (take's held), so the hold the throughput estimate
+// records is the join's whole work time, not its pieces.
+type slot struct {
+	a     *admission
+	src   string
+	start time.Time
+}
+
+// take takes a slot for src, crediting held (time the join already held
+// a slot) to it, or returns *errOverloaded with the hint.
+func (a *admission) take(src string, held time.Duration) (*slot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.admits(src) {
-		a.inFlight++
-		a.bySource[src]++
-		start := a.now()
-		return func() { a.release(src, start) }, nil
+	if !a.admits(src) {
+		return nil, &errOverloaded{retryAfter: a.retryAfterLocked()}
 	}
-	return nil, &errOverloaded{retryAfter: a.retryAfterLocked()}
+	a.inFlight++
+	a.bySource[src]++
+	return &slot{a: a, src: src, start: a.now().Add(-held)}, nil
+}
+
+// acquire is take for a join that held no slot before; the release
+// function must be called once the join ends.
+func (a *admission) acquire(src string) (func(), error) {
+	sl, err := a.take(src, 0)
+	if err != nil {
+		return nil, err
+	}
+	return sl.release, nil
+}
+
+// release gives the slot back at the end of the join, recording the
+// join's hold.
+func (s *slot) release() {
+	s.a.mu.Lock()
+	defer s.a.mu.Unlock()
+	s.a.vacateLocked(s.src)
+	s.a.recordHoldLocked(s.a.now().Sub(s.start))
+}
+
+// vacate gives the slot back for a challenge wait without recording a
+// hold, and returns the time held so far (for take's held).
+func (s *slot) vacate() time.Duration {
+	s.a.mu.Lock()
+	defer s.a.mu.Unlock()
+	s.a.vacateLocked(s.src)
+	return s.a.now().Sub(s.start)
 }
 
 // admits reports whether src may take a slot now.
@@ -127,14 +208,15 @@ func (a *admission) admits(src string) bool {
 	return a.bySource[src] < max(1, a.limit/sources)
 }
 
-func (a *admission) release(src string, start time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+func (a *admission) vacateLocked(src string) {
 	a.inFlight--
 	if a.bySource[src]--; a.bySource[src] <= 0 {
 		delete(a.bySource, src)
 	}
-	held := a.now().Sub(start)
+}
+
+// recordHoldLocked adds one join's hold to the weighted mean.
+func (a *admission) recordHoldLocked(held time.Duration) {
 	if a.meanHold <= 0 {
 		a.meanHold = held
 	} else {
@@ -175,16 +257,56 @@ func (a *admission) retryAfterLocked() time.Duration {
 	return max(d, minRetryAfter)
 }
 
-// admit is the join's admission step, after its Hello: nil and a release
-// function, or a refusal the agent retries after the hint.
-func (s *Service) admit(ctx context.Context) (func(), error) {
-	release, err := s.adm.acquire(sourceOf(ctx))
+// joinSlot is a join's admission slot and its in-flight metric.
+type joinSlot struct {
+	slot *slot
+	m    *metrics.Metrics
+}
+
+func (j *joinSlot) release() { j.m.InFlight(-1); j.slot.release() }
+
+func (j *joinSlot) vacate() time.Duration { j.m.InFlight(-1); return j.slot.vacate() }
+
+// admit is the join's admission step, after its Hello (held 0) or after a
+// challenge wait (held: the time it held a slot before): a slot, or a
+// refusal the agent retries after the hint.
+func (s *Service) admit(ctx context.Context, held time.Duration) (*joinSlot, error) {
+	sl, err := s.adm.take(sourceOf(ctx), held)
 	if err != nil {
 		s.cfg.Metrics.AdmissionRefused()
 		return nil, err
 	}
 	s.cfg.Metrics.InFlight(1)
-	return func() { s.cfg.Metrics.InFlight(-1); release() }, nil
+	return &joinSlot{slot: sl, m: s.cfg.Metrics}, nil
+}
+
+// parkForChallenge gives the join's slot back while it waits for a
+// challenge answer, when a challenge-wait place is free for its source,
+// and returns what ends the wait: with an answer, it takes a slot again
+// and returns nil, or the refusal of a join over the limit (UNAVAILABLE
+// wrapping *errOverloaded, so the agent gets RESOURCE_EXHAUSTED and the
+// retry hint); without one (the join is ending) it only gives the place
+// back. Without a free place the join keeps its slot and resume does
+// nothing.
+func (s *Service) parkForChallenge(ctx context.Context, out *outcome) (resume func(answered bool) error) {
+	src := sourceOf(ctx)
+	if out.slot == nil || !s.adm.park(src) {
+		return func(bool) error { return nil }
+	}
+	held := out.slot.vacate()
+	out.slot = nil
+	return func(answered bool) error {
+		s.adm.unpark(src)
+		if !answered {
+			return nil
+		}
+		j, err := s.admit(ctx, held)
+		if err != nil {
+			return attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "no admission slot after the challenge: %w", err)
+		}
+		out.slot = j
+		return nil
+	}
 }
 
 // releaseSlot gives the join's admission slot back, once: before the
@@ -192,7 +314,7 @@ func (s *Service) admit(ctx context.Context) (func(), error) {
 // verifier's and a slow agent must not hold a slot others could use.
 func (o *outcome) releaseSlot() {
 	if o.slot != nil {
-		o.slot()
+		o.slot.release()
 		o.slot = nil
 	}
 }

@@ -114,3 +114,48 @@ func TestAdmissionFairBetweenSources(t *testing.T) {
 		t.Fatalf("in flight %d sources %v after every release", a.inFlight, a.bySource)
 	}
 }
+
+// A join that gives its slot back for a challenge wait is one hold in the
+// throughput estimate: its work before and after the wait, not two
+// holds (which would double the estimated throughput and send refused
+// agents back too early), and not the wait itself. Its place counts
+// while it waits: per source and in all, up to the caps.
+func TestChallengeWaitIsOneHold(t *testing.T) {
+	now := time.Unix(1000, 0)
+	a := newAdmission(4, func() time.Time { return now })
+	sl, err := a.take("10.0.0.1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(100 * time.Millisecond)
+	if !a.park("10.0.0.1") {
+		t.Fatal("no wait place for the first wait of a source")
+	}
+	held := sl.vacate()
+	if a.inFlight != 0 || held != 100*time.Millisecond || a.meanHold != 0 {
+		t.Fatalf("after vacate: in flight %d, held %v, mean hold %v; want 0, 100ms, none recorded", a.inFlight, held, a.meanHold)
+	}
+	now = now.Add(10 * time.Second) // the wait
+	a.unpark("10.0.0.1")
+	sl, err = a.take("10.0.0.1", held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(100 * time.Millisecond)
+	sl.release()
+	if a.meanHold != 200*time.Millisecond || a.inFlight != 0 || a.waiting != 0 || len(a.waitingBySource) != 0 {
+		t.Fatalf("mean hold %v, in flight %d, waiting %d %v; want 200ms and nothing held", a.meanHold, a.inFlight, a.waiting, a.waitingBySource)
+	}
+	// Caps: 2 per source at limit 4, 16 in all.
+	if !a.park("s") || !a.park("s") || a.park("s") {
+		t.Fatal("per-source cap: want exactly 2 places for one source")
+	}
+	for i := range 14 {
+		if !a.park(string(rune('a' + i))) {
+			t.Fatalf("place %d of 16 refused", 3+i)
+		}
+	}
+	if a.park("z") {
+		t.Fatal("a 17th wait place granted")
+	}
+}

@@ -19,12 +19,12 @@ import (
 	"github.com/latchkey/latchkey/verifier/metrics"
 )
 
-// holdSlot starts a join that takes an admission slot and keeps it: its
-// Hello is valid, and the challenge the validator sends is never answered.
-// Closing the returned function's stream frees the slot.
-func holdSlot(t *testing.T, e *env) func() {
+// holdChallenge starts a join whose Hello is valid and whose challenge is
+// never answered; it returns once the challenge arrived. The returned
+// function closes the stream.
+func holdChallenge(t *testing.T, e *env, dial func(t *testing.T, e *env) latchkeyv1.JoinService_JoinClient) func() {
 	t.Helper()
-	s := rawStream(t, e)
+	s := dial(t, e)
 	h := baseHello()
 	h.Evidence = fakeEvidence(t, bindingOf(t, s, h))
 	if err := s.Send(helloMsg(h)); err != nil {
@@ -32,9 +32,21 @@ func holdSlot(t *testing.T, e *env) func() {
 	}
 	m, err := s.Recv()
 	if err != nil || m.GetChallenge() == nil {
-		t.Fatalf("want a challenge (the slot taken), got %v %v", m, err)
+		t.Fatalf("want a challenge, got %v %v", m, err)
 	}
 	return func() { s.CloseSend(); s.Recv() }
+}
+
+// holdSlot takes the one admission slot of a verifier with maxInFlight 1
+// and keeps it: a join waiting for its challenge answer gives its slot
+// back while a challenge-wait place is free, and a source has one such
+// place at this limit, so the first held challenge parks in it and the
+// second keeps its slot. The returned function frees both.
+func holdSlot(t *testing.T, e *env) func() {
+	t.Helper()
+	parked := holdChallenge(t, e, rawStream)
+	holder := holdChallenge(t, e, rawStream)
+	return func() { holder(); parked() }
 }
 
 // Past the in-flight limit a join is answered at once with

@@ -18,8 +18,9 @@ import (
 // serves also gets that generation's key (previous_disk_key), so the
 // agent can unlock and rewrap to the current one. A Hello naming a
 // generation the verifier does not serve is refused as
-// KEY_GENERATION_RETIRED: no key it could send opens that disk, and a
-// wrong key must never look like a right one.
+// KEY_GENERATION_RETIRED (checkGeneration, before any claim): no key it
+// could send opens that disk, and a wrong key must never look like a
+// right one.
 
 // ticketKeys are the key fields of one ticket.
 type ticketKeys struct {
@@ -34,10 +35,8 @@ func (s *Service) diskKeys(hello *latchkeyv1.Hello) (*ticketKeys, error) {
 	t := &ticketKeys{generation: k.Current()}
 	if hello.DiskKeyGeneration != nil {
 		named := hello.GetDiskKeyGeneration()
-		if !k.Serves(named) {
-			return nil, attest.Refuse(latchkeyv1.Reason_KEY_GENERATION_RETIRED,
-				"disk %s is keyed under master-secret generation %d, which this verifier no longer serves (it serves %s); "+
-					"add generation %d back to masterSecrets to open it", hello.GetDiskUuid(), named, servedList(k), named)
+		if err := s.checkGeneration(hello); err != nil {
+			return nil, err
 		}
 		if named != t.generation {
 			prev, err := k.DiskKeyAt(named, hello.GetDiskUuid())
@@ -54,6 +53,31 @@ func (s *Service) diskKeys(hello *latchkeyv1.Hello) (*ticketKeys, error) {
 	}
 	t.key = key
 	return t, nil
+}
+
+// checkGeneration refuses a Hello naming a master-secret generation this
+// verifier does not serve. It runs before any claim or record write, so a
+// refused join leaves no trace. The detail says what is true: a
+// generation below the current one was served once and retired
+// (generations are added, each made current, in rising order); any other
+// (above the current one, or over binding.MaxGeneration) is unknown to
+// this verifier.
+func (s *Service) checkGeneration(hello *latchkeyv1.Hello) error {
+	if hello.DiskKeyGeneration == nil {
+		return nil
+	}
+	k, named := s.cfg.Keys, hello.GetDiskKeyGeneration()
+	switch {
+	case k.Serves(named):
+		return nil
+	case named < k.Current():
+		return attest.Refuse(latchkeyv1.Reason_KEY_GENERATION_RETIRED,
+			"disk %s is keyed under master-secret generation %d, which this verifier no longer serves (it serves %s); "+
+				"add generation %d back to masterSecrets to open it", hello.GetDiskUuid(), named, servedList(k), named)
+	}
+	return attest.Refuse(latchkeyv1.Reason_KEY_GENERATION_RETIRED,
+		"disk %s names master-secret generation %d, which is unknown to this verifier (it serves %s)",
+		hello.GetDiskUuid(), named, servedList(k))
 }
 
 // fill copies the generation fields into the ticket (the current key is
@@ -138,9 +162,11 @@ func (s *Service) noteGeneration(kind binding.Kind, r binding.Record, out *outco
 // reattestGeneration records on the disk's binding the generation a
 // re-attestation names: the open disk's, after any rewrap at its boot, so
 // the record (and `secret retire`) follows a rewrap without waiting for
-// the next boot. The evidence is authenticated and the store checks that
-// the disk is bound to this machine; a failure to record is logged and
-// never fails the re-attestation.
+// the next boot. It runs only after the re-attestation passed every check
+// (verified, bound, not denied, a generation this verifier serves, the
+// policy), and the store checks that the disk is bound to this machine
+// and the number is in range; a failure to record is logged and never
+// fails the re-attestation.
 func (s *Service) reattestGeneration(ctx context.Context, hello *latchkeyv1.Hello, v *attest.Verified) {
 	rec, ok := s.cfg.Bindings.(binding.GenerationRecorder)
 	if !ok || hello.DiskKeyGeneration == nil {

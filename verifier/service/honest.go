@@ -84,7 +84,7 @@ func overloadedStatus(err error) error {
 func (s *Service) record(ctx context.Context, snap *policy.Snapshot, out *outcome, err error) {
 	var o *errOverloaded
 	switch {
-	case errors.As(err, &o):
+	case errors.As(err, &o) && !out.admitted:
 		s.log.Debug("join refused at admission", logkey.Node, out.hello.GetNodeName(),
 			logkey.RetryAfterMS, o.retryAfter.Milliseconds())
 		return

@@ -27,9 +27,12 @@ import (
 //     verified (trusted key, signature, session binding); a failure there
 //     is refused and not recorded, because the node name in the Hello is
 //     then unauthenticated and recording it would let anyone taint any
-//     node. The binding check follows, then the policy step; its decision
+//     node. The binding check follows, then the join's other checks
+//     (reattestDecision: deny list, generation, policy); the decision
 //     (attested, or refused with the reason) is written to the node's
 //     Lease (binding.AttestationRecorder) before the answer is sent.
+//   - No field of the Hello reaches a record before that decision
+//     passed: the disk's key generation is written only then.
 //   - A record that cannot be written is UNAVAILABLE: the agent retries,
 //     and the taint controller sees a stale Lease only after its deadline.
 func (s *Service) reattest(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, snap *policy.Snapshot, hello *latchkeyv1.Hello, out *outcome) error {
@@ -45,7 +48,7 @@ func (s *Service) reattest(ctx context.Context, stream latchkeyv1.JoinService_Jo
 		return err
 	}
 	start := s.cfg.Now()
-	v, check, err := verifyThenCheck(ctx, val, hello.GetEvidence(), b, challenger(stream))
+	v, check, err := verifyThenCheck(ctx, val, hello.GetEvidence(), b, s.challenger(stream, out))
 	out.validation = s.cfg.Now().Sub(start)
 	s.cfg.Metrics.ObserveValidation(hello.GetVariant(), out.validation)
 	if err != nil {
@@ -56,19 +59,35 @@ func (s *Service) reattest(ctx context.Context, stream latchkeyv1.JoinService_Jo
 	if err := s.checkBound(ctx, hello, v, out); err != nil {
 		return err
 	}
-	s.reattestGeneration(ctx, hello, v) // generation.go
-	policyErr := check()
-	if err := s.recordAttestation(ctx, hello, v, policyErr, out); err != nil {
-		if policyErr != nil {
-			return errors.Join(policyErr, err)
+	decision := s.reattestDecision(ctx, snap, hello, v, check, out)
+	if err := s.recordAttestation(ctx, hello, v, decision, out); err != nil {
+		if decision != nil {
+			return errors.Join(decision, err)
 		}
 		return attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "record re-attestation: %w", err)
 	}
-	if policyErr != nil {
-		return policyErr
+	if decision != nil {
+		return decision
 	}
+	s.reattestGeneration(ctx, hello, v) // generation.go
 	// The empty ticket: no disk key, no token.
 	return s.handover(ctx, stream, &latchkeyv1.Ticket{})
+}
+
+// reattestDecision is the verdict on authenticated, bound evidence: every
+// check a join makes that does not concern issuing, in the join's order.
+// The deny list (REVOKED, recorded as refused so the taint controller
+// taints the node), the generation the Hello names (the one number it
+// may write), then the policy. nil is attested.
+func (s *Service) reattestDecision(ctx context.Context, snap *policy.Snapshot, hello *latchkeyv1.Hello, v *attest.Verified,
+	check func() error, out *outcome) error {
+	if err := s.checkRevoked(ctx, snap, hello, v, out); err != nil {
+		return err
+	}
+	if err := s.checkGeneration(hello); err != nil {
+		return err
+	}
+	return check()
 }
 
 // verifyThenCheck splits a validator into its verification and its policy

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -16,16 +17,24 @@ import (
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
-// checkRevoked refuses, as REVOKED, a verified join that matches the
-// policy's deny list (node name, disk UUID, machine identity, EK or AK
-// hash, SNP chip ID). It runs right after verification, so the audit line
-// carries the attested identity, and before the role check, any binding
-// claim, key derivation or mint. The matching entry goes to the audit
-// line. A token recorded on the node's binding for this machine is
-// deleted too: a machine revoked while it held an unused bootstrap token
-// must not keep it (the Revoker sweeps the rest).
+// checkRevoked refuses, as REVOKED, a verified join or re-attestation
+// that matches the policy's deny list (node name, disk UUID, machine
+// identity, EK or AK hash, SNP chip ID), or whose machine is the one a
+// denied node name or disk UUID is bound to (DeniedByBinding). It runs
+// right after verification, so the audit line carries the attested
+// identity, and before the role check, any binding claim, key derivation
+// or mint. The matching entry goes to the audit line. A token recorded on
+// the node's binding for this machine is deleted too: a machine revoked
+// while it held an unused bootstrap token must not keep it (the Revoker
+// sweeps the rest).
 func (s *Service) checkRevoked(ctx context.Context, snap *policy.Snapshot, hello *latchkeyv1.Hello, v *attest.Verified, out *outcome) error {
 	entry := snap.Deny.Match(hello.GetNodeName(), hello.GetDiskUuid(), v)
+	if entry == "" && v != nil {
+		var err error
+		if entry, err = DeniedByBinding(ctx, s.cfg.Bindings, snap.Deny, v.MachineID); err != nil {
+			return attest.Refuse(latchkeyv1.Reason_UNAVAILABLE, "deny list: %w", err)
+		}
+	}
 	if entry == "" {
 		return nil
 	}
@@ -41,6 +50,39 @@ func (s *Service) checkRevoked(ctx context.Context, snap *policy.Snapshot, hello
 	}
 	return attest.Refuse(latchkeyv1.Reason_REVOKED,
 		"revoked by the policy's deny list (%s); an operator readmits the machine by removing the entry", entry)
+}
+
+// DeniedByBinding returns the entry that denies machine id because a
+// denied node name or disk UUID is bound to it ("deny.nodeNames:
+// worker-7, the machine bound to it"), or "". It reads one record per
+// such entry (deny lists are short), so a denied machine is refused under
+// a fresh name or disk as well. A name never bound (every node name in
+// disk-only mode) denies no machine. A record that cannot be read is an
+// error: the caller cannot show it is not the denied machine. The join,
+// the re-attestation and the CSR approver (verifier/app NodeTokens) all
+// ask it.
+func DeniedByBinding(ctx context.Context, store binding.Store, deny *policy.DenyList, id string) (string, error) {
+	if id == "" {
+		return "", nil
+	}
+	for _, e := range []struct {
+		kind  binding.Kind
+		key   string
+		names []string
+	}{{binding.Node, policy.DenyNodeNames, deny.NodeNames()}, {binding.Disk, policy.DenyDiskUUIDs, deny.DiskUUIDs()}} {
+		for _, name := range e.names {
+			r, err := store.Get(ctx, e.kind, name)
+			switch {
+			case errors.Is(err, binding.ErrNotFound):
+				continue
+			case err != nil:
+				return "", fmt.Errorf("read the binding of denied %s %s: %w", e.kind, name, err)
+			case r.Bound() && r.Identity == id:
+				return policy.BoundMachineEntry(e.key + ": " + name), nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // revokeDenied deletes the token on a denied node's record, on a fresh
@@ -75,8 +117,9 @@ type RevokerConfig struct {
 }
 
 // Revoker deletes the bootstrap tokens recorded for denied nodes: for
-// every node binding with a token whose node name, identity or disk (the
-// identity that holds a denied disk UUID) the deny list in force names, it
+// every node binding with a token whose node name or identity the deny
+// list in force names, or whose identity holds a denied disk UUID or node
+// name (the machine bound to it, under any of its names), it
 // calls the minter's Revoke. It sweeps at start, whenever it is kicked
 // (after a policy reload) and every Interval. The periodic sweep matters:
 // a join keeps the policy snapshot it started with, so one that was in
@@ -90,6 +133,10 @@ type Revoker struct {
 	// done holds the token IDs already revoked, so a sweep does not call
 	// the API server again for them (pruned to the IDs still on record).
 	done map[string]bool
+	// skipLogged holds the keys of unreadable records already logged, so
+	// a record that stays bad is logged once, not at every sweep (pruned
+	// to the records still skipped).
+	skipLogged map[string]bool
 }
 
 // NewRevoker checks cfg and fills defaults.
@@ -102,7 +149,7 @@ func NewRevoker(cfg RevokerConfig) (*Revoker, error) {
 	}
 	cfg.Interval = orDefault(cfg.Interval, 30*time.Second)
 	cfg.RevokeTimeout = orDefault(cfg.RevokeTimeout, 10*time.Second)
-	return &Revoker{cfg: cfg, kick: make(chan struct{}, 1), done: map[string]bool{}}, nil
+	return &Revoker{cfg: cfg, kick: make(chan struct{}, 1), done: map[string]bool{}, skipLogged: map[string]bool{}}, nil
 }
 
 // Kick asks for a sweep now; it never blocks.
@@ -145,6 +192,20 @@ func (r *Revoker) revoke(ctx context.Context, rec binding.Record, entry string) 
 	return true
 }
 
+// logSkipped logs each unreadable record once while it stays unreadable.
+func (r *Revoker) logSkipped(skipped []binding.SkippedRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := map[string]bool{}
+	for _, sk := range skipped {
+		now[sk.Key] = true
+		if !r.skipLogged[sk.Key] {
+			r.cfg.Logger.Warn("revocation sweep: binding record unreadable, skipped", logkey.Record, sk.Key, logkey.Error, sk.Reason)
+		}
+	}
+	r.skipLogged = now
+}
+
 // Sweep revokes, once, the token of every node binding the deny list in
 // force names, and returns how many it revoked.
 func (r *Revoker) Sweep(ctx context.Context) (int, error) {
@@ -153,14 +214,22 @@ func (r *Revoker) Sweep(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	recs, err := r.cfg.Bindings.List(ctx)
+	skipped, err := binding.Skipped(err)
 	if err != nil {
 		return 0, err
 	}
-	// A denied disk revokes the machine that holds it.
-	diskOwner := map[string]string{}
+	// One unreadable record must not stop the sweep for every other.
+	r.logSkipped(skipped)
+	// A denied disk or node name revokes the machine bound to it, under
+	// any of its names.
+	owner := map[string]string{}
 	for _, rec := range recs {
-		if rec.Kind == binding.Disk && rec.Bound() && deny.DeniesDisk(rec.Name) {
-			diskOwner[rec.Identity] = policy.DenyDiskUUIDs + ": " + rec.Name
+		switch {
+		case !rec.Bound():
+		case rec.Kind == binding.Disk && deny.DeniesDisk(rec.Name):
+			owner[rec.Identity] = policy.BoundMachineEntry(policy.DenyDiskUUIDs + ": " + rec.Name)
+		case rec.Kind == binding.Node && deny.DeniesNode(rec.Name):
+			owner[rec.Identity] = policy.BoundMachineEntry(policy.DenyNodeNames + ": " + rec.Name)
 		}
 	}
 	n := 0
@@ -175,7 +244,7 @@ func (r *Revoker) Sweep(ctx context.Context) (int, error) {
 		case deny.DeniesNode(rec.Name):
 			entry = policy.DenyNodeNames + ": " + rec.Name
 		case entry == "":
-			entry = diskOwner[rec.Identity]
+			entry = owner[rec.Identity]
 		}
 		if entry != "" && r.revoke(ctx, rec, entry) {
 			n++

@@ -44,6 +44,15 @@ const (
 	MaxChallenges = 4
 )
 
+// DefaultChallengeTimeout bounds the wait for one challenge answer when
+// none is configured: TPM2_ActivateCredential takes well under a second
+// even on a slow TPM, and a client that cannot answer (no TPM behind its
+// "AK") must not hold a stream for the whole join timeout.
+const DefaultChallengeTimeout = 5 * time.Second
+
+// DefaultJoinTimeout bounds a whole join when none is configured.
+const DefaultJoinTimeout = 60 * time.Second
+
 // Config holds the service's dependencies.
 type Config struct {
 	Policy policy.Source
@@ -62,6 +71,10 @@ type Config struct {
 	Now func() time.Time
 	// JoinTimeout bounds a whole join, challenges included (default 60s).
 	JoinTimeout time.Duration
+	// ChallengeTimeout bounds each wait for a challenge answer (default
+	// DefaultChallengeTimeout); the wait holds no admission slot while a
+	// challenge-wait place is free (admission.go).
+	ChallengeTimeout time.Duration
 	// AckTimeout bounds the wait for TicketAck (default 10s).
 	AckTimeout time.Duration
 	// RevokeTimeout bounds revoking an undelivered token (default 10s).
@@ -106,7 +119,8 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	cfg.JoinTimeout = orDefault(cfg.JoinTimeout, 60*time.Second)
+	cfg.JoinTimeout = orDefault(cfg.JoinTimeout, DefaultJoinTimeout)
+	cfg.ChallengeTimeout = orDefault(cfg.ChallengeTimeout, DefaultChallengeTimeout)
 	cfg.AckTimeout = orDefault(cfg.AckTimeout, 10*time.Second)
 	cfg.RevokeTimeout = orDefault(cfg.RevokeTimeout, 10*time.Second)
 	return &Service{cfg: cfg, log: cfg.Logger, adm: newAdmission(cfg.MaxInFlight, cfg.Now)}, nil
@@ -133,8 +147,13 @@ type outcome struct {
 	adopted []string
 	// revoked is the deny-list entry that refused the join.
 	revoked string
-	// slot gives back the admission slot (admission.go); once.
-	slot func()
+	// slot is the join's admission slot (admission.go), nil while it
+	// holds none (before admission, during a challenge wait, after its
+	// release).
+	slot *joinSlot
+	// admitted: the join passed admission once (a later refusal for want
+	// of a slot, after a challenge wait, is audited like any other).
+	admitted bool
 	// shadowDecision, shadowReason and shadowPolicy: the candidate
 	// policy's verdict (shadow.go); empty without one.
 	shadowDecision, shadowReason, shadowPolicy string
@@ -164,11 +183,11 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 		return err
 	}
 	out.hello = hello
-	release, err := s.admit(stream.Context())
+	slot, err := s.admit(stream.Context(), 0)
 	if err != nil {
 		return err
 	}
-	out.slot = release
+	out.slot, out.admitted = slot, true
 	defer out.releaseSlot()
 	if len(hello.GetEvidence()) > 0 {
 		d := attest.EvidenceDigest(hello.GetEvidence())
@@ -189,6 +208,12 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 	if err := checkRole(snap, hello); err != nil {
 		return err
 	}
+	// Every check that can refuse (policy in validate, deny list, role,
+	// generation) runs before bind claims anything: a refused join leaves
+	// no trace in the binding store.
+	if err := s.checkGeneration(hello); err != nil {
+		return err
+	}
 	if err := s.bind(ctx, hello, v, out); err != nil {
 		return err
 	}
@@ -207,7 +232,7 @@ func (s *Service) validate(ctx context.Context, stream latchkeyv1.JoinService_Jo
 		return nil, err
 	}
 	start := s.cfg.Now()
-	v, err := val.Validate(ctx, hello.GetEvidence(), binding, challenger(stream))
+	v, err := val.Validate(ctx, hello.GetEvidence(), binding, s.challenger(stream, out))
 	out.validation = s.cfg.Now().Sub(start)
 	s.cfg.Metrics.ObserveValidation(hello.GetVariant(), out.validation)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,6 +95,38 @@ type envOpt struct {
 	keys *keys.Deriver
 	// bindings receives the binding store the verifier uses.
 	bindings *binding.Store
+	// challengeTimeout bounds each challenge wait (0: the default).
+	challengeTimeout time.Duration
+	// policy, when set, is the verifier's policy source; startVerifier
+	// installs the test snapshot in it, and a test swaps it later.
+	policy *swapPolicy
+}
+
+// swapPolicy is a policy source a test changes while the verifier runs.
+type swapPolicy struct {
+	cur atomic.Pointer[policy.Snapshot]
+}
+
+func (p *swapPolicy) Current() *policy.Snapshot { return p.cur.Load() }
+
+// set installs a copy of the snapshot in force with deny (a deny:
+// section in policy-file YAML, "" for none) and the validator's machine
+// identity set to id ("" for the default).
+func (p *swapPolicy) set(t *testing.T, deny, id string) {
+	t.Helper()
+	next := *p.Current()
+	next.Deny = nil
+	if deny != "" {
+		loaded, err := policy.Load([]byte("apiVersion: latchkey/v1\ntpm: {}\ndeny:\n"+deny), policy.Deps{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next.Deny = loaded.Deny
+	}
+	v := *next.Validators[latchkeyv1.Variant_VARIANT_TPM].(*attesttest.Validator)
+	v.MachineID = id
+	next.Validators = map[latchkeyv1.Variant]attest.Validator{latchkeyv1.Variant_VARIANT_TPM: &v}
+	p.cur.Store(&next)
 }
 
 func startVerifier(t *testing.T, o envOpt) *env {
@@ -123,9 +156,14 @@ func startVerifier(t *testing.T, o envOpt) *env {
 	if o.bindings != nil {
 		*o.bindings = store
 	}
-	cfg := service.Config{Policy: policy.NewStatic(snap), Keys: d, Bindings: store,
+	var src policy.Source = policy.NewStatic(snap)
+	if o.policy != nil {
+		o.policy.cur.Store(snap)
+		src = o.policy
+	}
+	cfg := service.Config{Policy: src, Keys: d, Bindings: store,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), AckTimeout: o.ackTimeout,
-		MaxInFlight: o.maxInFlight, Metrics: o.metrics}
+		MaxInFlight: o.maxInFlight, Metrics: o.metrics, ChallengeTimeout: o.challengeTimeout}
 	if o.minter != nil {
 		cfg.Minter = o.minter
 	}

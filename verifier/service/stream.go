@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -80,7 +81,11 @@ func validateHello(h *latchkeyv1.Hello) error {
 
 // challenger returns the RoundTrip a validator uses for challenges: send a
 // Challenge, wait for the ChallengeResponse, at most MaxChallenges times.
-func challenger(stream latchkeyv1.JoinService_JoinServer) attest.RoundTrip {
+// Each wait is bounded by Config.ChallengeTimeout (an agent with a real
+// TPM answers in well under a second; a client without one never does)
+// and holds no admission slot while a challenge-wait place is free
+// (admission.go).
+func (s *Service) challenger(stream latchkeyv1.JoinService_JoinServer, out *outcome) attest.RoundTrip {
 	n := 0
 	return func(ctx context.Context, payload []byte) ([]byte, error) {
 		n++
@@ -91,8 +96,19 @@ func challenger(stream latchkeyv1.JoinService_JoinServer) attest.RoundTrip {
 		if err := stream.Send(msg); err != nil {
 			return nil, fmt.Errorf("send challenge: %w", err)
 		}
-		m, err := recv(ctx, stream)
-		if err != nil {
+		resume := s.parkForChallenge(stream.Context(), out)
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.ChallengeTimeout)
+		m, err := recv(cctx, stream)
+		timedOut := errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+		cancel()
+		if rerr := resume(err == nil); rerr != nil {
+			return nil, rerr
+		}
+		switch {
+		case err != nil && timedOut:
+			return nil, attest.Refuse(latchkeyv1.Reason_ACTIVATION_FAILED,
+				"no answer to the challenge within %s (limits.challengeTimeout)", s.cfg.ChallengeTimeout)
+		case err != nil:
 			return nil, fmt.Errorf("receive challenge response: %w", err)
 		}
 		resp := m.GetChallengeResponse()

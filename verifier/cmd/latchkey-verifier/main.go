@@ -341,6 +341,7 @@ func tokensCmd(args []string, stdout, stderr io.Writer) int {
 		resp, err := c.ListTokens(ctx, &adminv1.ListTokensRequest{})
 		if err == nil {
 			err = adminapi.WriteTokens(stdout, resp.GetTokens(), time.Now())
+			adminapi.WriteSkipped(stderr, resp.GetSkipped())
 		}
 		return report(stderr, err)
 	case sub == "revoke" && fs.NArg() == 1:
@@ -413,6 +414,7 @@ func bindingsCmd(args []string, stdout, stderr io.Writer) int {
 		resp, err := c.ListBindings(ctx, &adminv1.ListBindingsRequest{})
 		if err == nil {
 			err = adminapi.WriteBindings(stdout, resp.GetBindings(), time.Now())
+			adminapi.WriteSkipped(stderr, resp.GetSkipped())
 		}
 		return reportAs(stderr, "bindings", err)
 	}

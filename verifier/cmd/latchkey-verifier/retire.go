@@ -67,6 +67,14 @@ func secretRetire(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return reportAs(stderr, "secret retire", err)
 	}
+	if sk := resp.GetSkipped(); len(sk) > 0 {
+		fmt.Fprintf(stderr, "%s: %d binding record(s) cannot be read; not retiring generation %d while any is unreadable, "+
+			"since one could be a disk that still needs it. Repair or delete them, then retry:\n", name, len(sk), gen.v)
+		for _, s := range sk {
+			fmt.Fprintf(stderr, "  %s: %s\n", s.GetKey(), s.GetReason())
+		}
+		return exitcode.InUse
+	}
 	blockers, disks := retireBlockers(resp.GetBindings(), gen.v)
 	if len(blockers) > 0 {
 		fmt.Fprintf(stderr, "%s: %d of %d disk records still name generation %d or record none; not retiring it. "+

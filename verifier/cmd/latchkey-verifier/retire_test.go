@@ -117,4 +117,24 @@ func TestSecretRetire(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "no disk record (of 2) names generation 0 or lacks a generation: remove generation 0 from masterSecrets") {
 		t.Fatalf("retire 0 with every disk on 1: exit %d\n%s%s", code, out, errs)
 	}
+
+	// A record that cannot be read could be a disk still on generation 0:
+	// retire refuses while there is one, naming it; `bindings list` lists
+	// the rest and names it too.
+	badKey := binding.ObjectName(binding.Disk, "6c1f0d9e-2b3a-4c5d-8e7f-9a0b1c2d3e03")
+	bad := filepath.Join(state, "bindings", badKey)
+	if err := os.WriteFile(bad, []byte(`{"kind":"disk"`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	skippedLine := "  " + badKey + ": binding: record " + bad + ": unexpected end of JSON input\n"
+	code, _, errs = retire("0")
+	if want := "latchkey-verifier secret retire: 1 binding record(s) cannot be read; not retiring generation 0 while any is unreadable, " +
+		"since one could be a disk that still needs it. Repair or delete them, then retry:\n" + skippedLine; code != 3 || errs != want {
+		t.Fatalf("retire 0 with an unreadable record: exit %d\n%s\nwant\n%s", code, errs, want)
+	}
+	code, out, errs = runCLI(t, "bindings", "list", "--socket", socket)
+	if code != 0 || !strings.Contains(out, diskA) || !strings.Contains(out, diskB) ||
+		errs != "warning: 1 unreadable record(s) left out of the listing:\n"+skippedLine {
+		t.Fatalf("bindings list with an unreadable record: exit %d\n%s%s", code, out, errs)
+	}
 }

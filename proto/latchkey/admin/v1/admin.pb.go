@@ -500,8 +500,12 @@ func (x *Token) GetEvidenceDigest() string {
 }
 
 type ListTokensResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tokens        []*Token               `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tokens []*Token               `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	// Binding records that could not be read and were left out of the
+	// listing (a record that fails validation); a token they name, if any,
+	// is not listed.
+	Skipped       []*SkippedRecord `protobuf:"bytes,2,rep,name=skipped,proto3" json:"skipped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -543,6 +547,69 @@ func (x *ListTokensResponse) GetTokens() []*Token {
 	return nil
 }
 
+func (x *ListTokensResponse) GetSkipped() []*SkippedRecord {
+	if x != nil {
+		return x.Skipped
+	}
+	return nil
+}
+
+// SkippedRecord is a store record a listing left out because it could not
+// be read.
+type SkippedRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record's key in its store (Lease name, file name, etcd key).
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Why it could not be read.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkippedRecord) Reset() {
+	*x = SkippedRecord{}
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkippedRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkippedRecord) ProtoMessage() {}
+
+func (x *SkippedRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkippedRecord.ProtoReflect.Descriptor instead.
+func (*SkippedRecord) Descriptor() ([]byte, []int) {
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SkippedRecord) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SkippedRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type RevokeTokenRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The token ID: 6 characters [a-z0-9].
@@ -553,7 +620,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +632,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +645,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RevokeTokenRequest) GetId() string {
@@ -596,7 +663,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +675,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +688,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 type CheckPolicyRequest struct {
@@ -637,7 +704,7 @@ type CheckPolicyRequest struct {
 
 func (x *CheckPolicyRequest) Reset() {
 	*x = CheckPolicyRequest{}
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +716,7 @@ func (x *CheckPolicyRequest) String() string {
 func (*CheckPolicyRequest) ProtoMessage() {}
 
 func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +729,7 @@ func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CheckPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CheckPolicyRequest) GetPolicy() []byte {
@@ -693,7 +760,7 @@ type CheckPolicyResponse struct {
 
 func (x *CheckPolicyResponse) Reset() {
 	*x = CheckPolicyResponse{}
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +772,7 @@ func (x *CheckPolicyResponse) String() string {
 func (*CheckPolicyResponse) ProtoMessage() {}
 
 func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +785,7 @@ func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyResponse.ProtoReflect.Descriptor instead.
 func (*CheckPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CheckPolicyResponse) GetValid() bool {
@@ -768,7 +835,7 @@ type Binding struct {
 
 func (x *Binding) Reset() {
 	*x = Binding{}
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +847,7 @@ func (x *Binding) String() string {
 func (*Binding) ProtoMessage() {}
 
 func (x *Binding) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +860,7 @@ func (x *Binding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Binding.ProtoReflect.Descriptor instead.
 func (*Binding) Descriptor() ([]byte, []int) {
-	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Binding) GetKind() BindingKind {
@@ -860,7 +927,7 @@ type ListBindingsRequest struct {
 
 func (x *ListBindingsRequest) Reset() {
 	*x = ListBindingsRequest{}
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +939,7 @@ func (x *ListBindingsRequest) String() string {
 func (*ListBindingsRequest) ProtoMessage() {}
 
 func (x *ListBindingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,19 +952,23 @@ func (x *ListBindingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBindingsRequest.ProtoReflect.Descriptor instead.
 func (*ListBindingsRequest) Descriptor() ([]byte, []int) {
-	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 type ListBindingsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Bindings      []*Binding             `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Bindings []*Binding             `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	// Records that could not be read and were left out. `secret retire`
+	// refuses while there are any: such a record may be a disk that still
+	// needs the generation.
+	Skipped       []*SkippedRecord `protobuf:"bytes,2,rep,name=skipped,proto3" json:"skipped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListBindingsResponse) Reset() {
 	*x = ListBindingsResponse{}
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +980,7 @@ func (x *ListBindingsResponse) String() string {
 func (*ListBindingsResponse) ProtoMessage() {}
 
 func (x *ListBindingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,12 +993,19 @@ func (x *ListBindingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBindingsResponse.ProtoReflect.Descriptor instead.
 func (*ListBindingsResponse) Descriptor() ([]byte, []int) {
-	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListBindingsResponse) GetBindings() []*Binding {
 	if x != nil {
 		return x.Bindings
+	}
+	return nil
+}
+
+func (x *ListBindingsResponse) GetSkipped() []*SkippedRecord {
+	if x != nil {
+		return x.Skipped
 	}
 	return nil
 }
@@ -943,7 +1021,7 @@ type ReleaseBindingRequest struct {
 
 func (x *ReleaseBindingRequest) Reset() {
 	*x = ReleaseBindingRequest{}
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1033,7 @@ func (x *ReleaseBindingRequest) String() string {
 func (*ReleaseBindingRequest) ProtoMessage() {}
 
 func (x *ReleaseBindingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1046,7 @@ func (x *ReleaseBindingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBindingRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseBindingRequest) Descriptor() ([]byte, []int) {
-	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReleaseBindingRequest) GetKind() BindingKind {
@@ -995,7 +1073,7 @@ type ReleaseBindingResponse struct {
 
 func (x *ReleaseBindingResponse) Reset() {
 	*x = ReleaseBindingResponse{}
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1085,7 @@ func (x *ReleaseBindingResponse) String() string {
 func (*ReleaseBindingResponse) ProtoMessage() {}
 
 func (x *ReleaseBindingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_latchkey_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1098,7 @@ func (x *ReleaseBindingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseBindingResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseBindingResponse) Descriptor() ([]byte, []int) {
-	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_latchkey_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseBindingResponse) GetReleased() *Binding {
@@ -1065,9 +1143,13 @@ const file_latchkey_admin_v1_admin_proto_rawDesc = "" +
 	"expiryUnix\x121\n" +
 	"\x14expiration_malformed\x18\x06 \x01(\bR\x13expirationMalformed\x12%\n" +
 	"\x0eraw_expiration\x18\a \x01(\tR\rrawExpiration\x12'\n" +
-	"\x0fevidence_digest\x18\b \x01(\tR\x0eevidenceDigest\"F\n" +
+	"\x0fevidence_digest\x18\b \x01(\tR\x0eevidenceDigest\"\x82\x01\n" +
 	"\x12ListTokensResponse\x120\n" +
-	"\x06tokens\x18\x01 \x03(\v2\x18.latchkey.admin.v1.TokenR\x06tokens\"$\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x18.latchkey.admin.v1.TokenR\x06tokens\x12:\n" +
+	"\askipped\x18\x02 \x03(\v2 .latchkey.admin.v1.SkippedRecordR\askipped\"9\n" +
+	"\rSkippedRecord\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"$\n" +
 	"\x12RevokeTokenRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x15\n" +
 	"\x13RevokeTokenResponse\"@\n" +
@@ -1089,9 +1171,10 @@ const file_latchkey_admin_v1_admin_proto_rawDesc = "" +
 	"releasedBy\x12*\n" +
 	"\x0ekey_generation\x18\b \x01(\rH\x00R\rkeyGeneration\x88\x01\x01B\x11\n" +
 	"\x0f_key_generation\"\x15\n" +
-	"\x13ListBindingsRequest\"N\n" +
+	"\x13ListBindingsRequest\"\x8a\x01\n" +
 	"\x14ListBindingsResponse\x126\n" +
-	"\bbindings\x18\x01 \x03(\v2\x1a.latchkey.admin.v1.BindingR\bbindings\"_\n" +
+	"\bbindings\x18\x01 \x03(\v2\x1a.latchkey.admin.v1.BindingR\bbindings\x12:\n" +
+	"\askipped\x18\x02 \x03(\v2 .latchkey.admin.v1.SkippedRecordR\askipped\"_\n" +
 	"\x15ReleaseBindingRequest\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.latchkey.admin.v1.BindingKindR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"P\n" +
@@ -1134,7 +1217,7 @@ func file_latchkey_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_latchkey_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_latchkey_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_latchkey_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_latchkey_admin_v1_admin_proto_goTypes = []any{
 	(Stage)(0),                     // 0: latchkey.admin.v1.Stage
 	(BindingKind)(0),               // 1: latchkey.admin.v1.BindingKind
@@ -1143,46 +1226,49 @@ var file_latchkey_admin_v1_admin_proto_goTypes = []any{
 	(*ListTokensRequest)(nil),      // 4: latchkey.admin.v1.ListTokensRequest
 	(*Token)(nil),                  // 5: latchkey.admin.v1.Token
 	(*ListTokensResponse)(nil),     // 6: latchkey.admin.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),     // 7: latchkey.admin.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),    // 8: latchkey.admin.v1.RevokeTokenResponse
-	(*CheckPolicyRequest)(nil),     // 9: latchkey.admin.v1.CheckPolicyRequest
-	(*CheckPolicyResponse)(nil),    // 10: latchkey.admin.v1.CheckPolicyResponse
-	(*Binding)(nil),                // 11: latchkey.admin.v1.Binding
-	(*ListBindingsRequest)(nil),    // 12: latchkey.admin.v1.ListBindingsRequest
-	(*ListBindingsResponse)(nil),   // 13: latchkey.admin.v1.ListBindingsResponse
-	(*ReleaseBindingRequest)(nil),  // 14: latchkey.admin.v1.ReleaseBindingRequest
-	(*ReleaseBindingResponse)(nil), // 15: latchkey.admin.v1.ReleaseBindingResponse
-	(v1.Reason)(0),                 // 16: latchkey.v1.Reason
-	(v1.Variant)(0),                // 17: latchkey.v1.Variant
-	(v1.Role)(0),                   // 18: latchkey.v1.Role
+	(*SkippedRecord)(nil),          // 7: latchkey.admin.v1.SkippedRecord
+	(*RevokeTokenRequest)(nil),     // 8: latchkey.admin.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),    // 9: latchkey.admin.v1.RevokeTokenResponse
+	(*CheckPolicyRequest)(nil),     // 10: latchkey.admin.v1.CheckPolicyRequest
+	(*CheckPolicyResponse)(nil),    // 11: latchkey.admin.v1.CheckPolicyResponse
+	(*Binding)(nil),                // 12: latchkey.admin.v1.Binding
+	(*ListBindingsRequest)(nil),    // 13: latchkey.admin.v1.ListBindingsRequest
+	(*ListBindingsResponse)(nil),   // 14: latchkey.admin.v1.ListBindingsResponse
+	(*ReleaseBindingRequest)(nil),  // 15: latchkey.admin.v1.ReleaseBindingRequest
+	(*ReleaseBindingResponse)(nil), // 16: latchkey.admin.v1.ReleaseBindingResponse
+	(v1.Reason)(0),                 // 17: latchkey.v1.Reason
+	(v1.Variant)(0),                // 18: latchkey.v1.Variant
+	(v1.Role)(0),                   // 19: latchkey.v1.Role
 }
 var file_latchkey_admin_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: latchkey.admin.v1.AgentStatus.stage:type_name -> latchkey.admin.v1.Stage
-	16, // 1: latchkey.admin.v1.AgentStatus.last_reason:type_name -> latchkey.v1.Reason
-	17, // 2: latchkey.admin.v1.AgentStatus.variant:type_name -> latchkey.v1.Variant
-	18, // 3: latchkey.admin.v1.Token.role:type_name -> latchkey.v1.Role
+	17, // 1: latchkey.admin.v1.AgentStatus.last_reason:type_name -> latchkey.v1.Reason
+	18, // 2: latchkey.admin.v1.AgentStatus.variant:type_name -> latchkey.v1.Variant
+	19, // 3: latchkey.admin.v1.Token.role:type_name -> latchkey.v1.Role
 	5,  // 4: latchkey.admin.v1.ListTokensResponse.tokens:type_name -> latchkey.admin.v1.Token
-	1,  // 5: latchkey.admin.v1.Binding.kind:type_name -> latchkey.admin.v1.BindingKind
-	11, // 6: latchkey.admin.v1.ListBindingsResponse.bindings:type_name -> latchkey.admin.v1.Binding
-	1,  // 7: latchkey.admin.v1.ReleaseBindingRequest.kind:type_name -> latchkey.admin.v1.BindingKind
-	11, // 8: latchkey.admin.v1.ReleaseBindingResponse.released:type_name -> latchkey.admin.v1.Binding
-	2,  // 9: latchkey.admin.v1.AgentAdmin.Status:input_type -> latchkey.admin.v1.StatusRequest
-	4,  // 10: latchkey.admin.v1.VerifierAdmin.ListTokens:input_type -> latchkey.admin.v1.ListTokensRequest
-	7,  // 11: latchkey.admin.v1.VerifierAdmin.RevokeToken:input_type -> latchkey.admin.v1.RevokeTokenRequest
-	9,  // 12: latchkey.admin.v1.VerifierAdmin.CheckPolicy:input_type -> latchkey.admin.v1.CheckPolicyRequest
-	12, // 13: latchkey.admin.v1.VerifierAdmin.ListBindings:input_type -> latchkey.admin.v1.ListBindingsRequest
-	14, // 14: latchkey.admin.v1.VerifierAdmin.ReleaseBinding:input_type -> latchkey.admin.v1.ReleaseBindingRequest
-	3,  // 15: latchkey.admin.v1.AgentAdmin.Status:output_type -> latchkey.admin.v1.AgentStatus
-	6,  // 16: latchkey.admin.v1.VerifierAdmin.ListTokens:output_type -> latchkey.admin.v1.ListTokensResponse
-	8,  // 17: latchkey.admin.v1.VerifierAdmin.RevokeToken:output_type -> latchkey.admin.v1.RevokeTokenResponse
-	10, // 18: latchkey.admin.v1.VerifierAdmin.CheckPolicy:output_type -> latchkey.admin.v1.CheckPolicyResponse
-	13, // 19: latchkey.admin.v1.VerifierAdmin.ListBindings:output_type -> latchkey.admin.v1.ListBindingsResponse
-	15, // 20: latchkey.admin.v1.VerifierAdmin.ReleaseBinding:output_type -> latchkey.admin.v1.ReleaseBindingResponse
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	7,  // 5: latchkey.admin.v1.ListTokensResponse.skipped:type_name -> latchkey.admin.v1.SkippedRecord
+	1,  // 6: latchkey.admin.v1.Binding.kind:type_name -> latchkey.admin.v1.BindingKind
+	12, // 7: latchkey.admin.v1.ListBindingsResponse.bindings:type_name -> latchkey.admin.v1.Binding
+	7,  // 8: latchkey.admin.v1.ListBindingsResponse.skipped:type_name -> latchkey.admin.v1.SkippedRecord
+	1,  // 9: latchkey.admin.v1.ReleaseBindingRequest.kind:type_name -> latchkey.admin.v1.BindingKind
+	12, // 10: latchkey.admin.v1.ReleaseBindingResponse.released:type_name -> latchkey.admin.v1.Binding
+	2,  // 11: latchkey.admin.v1.AgentAdmin.Status:input_type -> latchkey.admin.v1.StatusRequest
+	4,  // 12: latchkey.admin.v1.VerifierAdmin.ListTokens:input_type -> latchkey.admin.v1.ListTokensRequest
+	8,  // 13: latchkey.admin.v1.VerifierAdmin.RevokeToken:input_type -> latchkey.admin.v1.RevokeTokenRequest
+	10, // 14: latchkey.admin.v1.VerifierAdmin.CheckPolicy:input_type -> latchkey.admin.v1.CheckPolicyRequest
+	13, // 15: latchkey.admin.v1.VerifierAdmin.ListBindings:input_type -> latchkey.admin.v1.ListBindingsRequest
+	15, // 16: latchkey.admin.v1.VerifierAdmin.ReleaseBinding:input_type -> latchkey.admin.v1.ReleaseBindingRequest
+	3,  // 17: latchkey.admin.v1.AgentAdmin.Status:output_type -> latchkey.admin.v1.AgentStatus
+	6,  // 18: latchkey.admin.v1.VerifierAdmin.ListTokens:output_type -> latchkey.admin.v1.ListTokensResponse
+	9,  // 19: latchkey.admin.v1.VerifierAdmin.RevokeToken:output_type -> latchkey.admin.v1.RevokeTokenResponse
+	11, // 20: latchkey.admin.v1.VerifierAdmin.CheckPolicy:output_type -> latchkey.admin.v1.CheckPolicyResponse
+	14, // 21: latchkey.admin.v1.VerifierAdmin.ListBindings:output_type -> latchkey.admin.v1.ListBindingsResponse
+	16, // 22: latchkey.admin.v1.VerifierAdmin.ReleaseBinding:output_type -> latchkey.admin.v1.ReleaseBindingResponse
+	17, // [17:23] is the sub-list for method output_type
+	11, // [11:17] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_latchkey_admin_v1_admin_proto_init() }
@@ -1190,14 +1276,14 @@ func file_latchkey_admin_v1_admin_proto_init() {
 	if File_latchkey_admin_v1_admin_proto != nil {
 		return
 	}
-	file_latchkey_admin_v1_admin_proto_msgTypes[9].OneofWrappers = []any{}
+	file_latchkey_admin_v1_admin_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_latchkey_admin_v1_admin_proto_rawDesc), len(file_latchkey_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
