@@ -17,7 +17,7 @@ const maxRetryAfter = 30 * time.Second
 
 // retryAfter is the hint of a RESOURCE_EXHAUSTED refusal, 0 otherwise.
 func retryAfter(code codes.Code, r *latchkeyv1.Refusal) time.Duration {
-	if code != codes.ResourceExhausted || r.GetRetryAfterMs() == 0 {
+	if (code != codes.ResourceExhausted && code != codes.Unavailable) || r.GetRetryAfterMs() == 0 {
 		return 0
 	}
 	return min(time.Duration(r.GetRetryAfterMs())*time.Millisecond, maxRetryAfter)

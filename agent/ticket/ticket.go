@@ -163,7 +163,7 @@ func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, e
 				c.cfg.OnBusy(wait)
 			}
 			wait = jitterHint(wait)
-			c.cfg.Logger.Info("verifier busy, retrying after its hint", logkey.Endpoint, ep, logkey.Attempt, n+1,
+			c.cfg.Logger.Info("verifier asked to retry later, retrying after its hint", logkey.Endpoint, ep, logkey.Attempt, n+1,
 				logkey.RetryIn, wait.Round(time.Millisecond).String())
 			if ctx.Err() != nil || c.cfg.Sleep(ctx, wait) != nil {
 				return nil, c.stopped(parent, last)

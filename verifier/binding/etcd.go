@@ -201,18 +201,19 @@ type etcdRecord struct {
 }
 
 func encodeEtcd(r Record) (string, error) {
-	if err := checkGeneration(r.KeyGeneration); err != nil {
+	if err := checkGenerationPtr(r.KeyGeneration); err != nil {
 		return "", err
 	}
 	data, err := json.Marshal(etcdRecord{Schema: etcdSchema, fileRecord: fileRecord(r)})
 	return string(data), err
 }
 
-func checkGeneration(gen *uint32) error {
-	if gen != nil && *gen > maxGeneration {
-		return fmt.Errorf("%w: key generation %d is over %d", ErrInvalid, *gen, maxGeneration)
+// checkGenerationPtr is checkGeneration for a record's optional field.
+func checkGenerationPtr(gen *uint32) error {
+	if gen == nil {
+		return nil
 	}
-	return nil
+	return checkGeneration(*gen)
 }
 
 // decodeEtcd checks and decodes the value of key: at most 4 KiB, schema
@@ -238,8 +239,8 @@ func (e *Etcd) decodeEtcd(key string, value []byte) (Record, error) {
 	switch {
 	case !validRecord(r) || r.Created.IsZero():
 		return Record{}, fmt.Errorf("binding: etcd record %s is not a valid record", key)
-	case checkGeneration(r.KeyGeneration) != nil:
-		return Record{}, fmt.Errorf("binding: etcd record %s: key generation %d is over %d", key, *r.KeyGeneration, maxGeneration)
+	case checkGenerationPtr(r.KeyGeneration) != nil:
+		return Record{}, fmt.Errorf("binding: etcd record %s: key generation %d is over %d", key, *r.KeyGeneration, MaxGeneration)
 	case e.Key(r.Kind, r.Name) != key:
 		return Record{}, fmt.Errorf("binding: etcd record %s does not name itself", key)
 	}
@@ -294,7 +295,7 @@ func (e *Etcd) claim(ctx context.Context, kind Kind, name, identity string, gen 
 	if err := validate(kind, name, identity, true); err != nil {
 		return Record{}, false, err
 	}
-	if err := checkGeneration(gen); err != nil {
+	if err := checkGenerationPtr(gen); err != nil {
 		return Record{}, false, err
 	}
 	key := e.Key(kind, name)
@@ -415,7 +416,7 @@ func (e *Etcd) SetKeyGeneration(ctx context.Context, disk, identity string, gen 
 	if err := validate(Disk, disk, identity, true); err != nil {
 		return err
 	}
-	if err := checkGeneration(&gen); err != nil {
+	if err := checkGeneration(gen); err != nil {
 		return err
 	}
 	return e.update(ctx, OpUpdate, Disk, disk, func(r Record) (*Record, error) {
@@ -458,30 +459,13 @@ func (e *Etcd) Release(ctx context.Context, kind Kind, name, by string) (Record,
 	return was, nil
 }
 
-// EtcdSkippedError reports the records a listing skipped because they
-// are not valid records; the listing still returns every valid one.
-type EtcdSkippedError struct {
-	// Keys and Reasons are the skipped keys and why, in key order.
-	Keys    []string
-	Reasons []string
-}
-
-func (e *EtcdSkippedError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "binding: %d etcd record(s) skipped as invalid", len(e.Keys))
-	for i, k := range e.Keys {
-		fmt.Fprintf(&b, "; %s: %s", k, e.Reasons[i])
-	}
-	return b.String()
-}
-
 // List implements Store: every record under the prefix, read in pages
 // at one revision (a consistent snapshot). A record that is not valid is
-// skipped and reported in an *EtcdSkippedError returned with the valid
+// skipped and reported in a *SkippedError returned with the valid
 // records; any other error returns no records.
 func (e *Etcd) List(ctx context.Context) ([]Record, error) {
 	var out []Record
-	skipped := &EtcdSkippedError{}
+	var skipped skipList
 	start, end := e.prefix, clientv3.GetPrefixRangeEnd(e.prefix)
 	var rev int64
 	for {
@@ -503,8 +487,7 @@ func (e *Etcd) List(ctx context.Context) ([]Record, error) {
 		for _, kv := range resp.Kvs {
 			r, err := e.decodeEtcd(string(kv.Key), kv.Value)
 			if err != nil {
-				skipped.Keys = append(skipped.Keys, string(kv.Key))
-				skipped.Reasons = append(skipped.Reasons, err.Error())
+				skipped.add(string(kv.Key), err)
 				continue
 			}
 			out = append(out, r)
@@ -514,9 +497,9 @@ func (e *Etcd) List(ctx context.Context) ([]Record, error) {
 		}
 		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	if len(skipped.Keys) > 0 {
-		e.log.Warn("binding records skipped", logkey.Error, skipped.Error())
-		return out, skipped
+	if err := skipped.err(); err != nil {
+		e.log.Warn("binding records skipped", logkey.Error, err.Error())
+		return out, err
 	}
 	return out, nil
 }
@@ -583,7 +566,7 @@ type EtcdStatus struct {
 	// Records is the number of valid records; Skipped reports the
 	// invalid ones (nil when none).
 	Records int
-	Skipped *EtcdSkippedError
+	Skipped []SkippedRecord
 }
 
 // Check proves the store works for this verifier: a linearizable read and
@@ -605,8 +588,8 @@ func (e *Etcd) Check(ctx context.Context) (EtcdStatus, error) {
 		return EtcdStatus{}, errors.Join(errors.Unwrap(err), e.diagnose())
 	}
 	recs, err := e.List(ctx)
-	var skipped *EtcdSkippedError
-	if err != nil && !errors.As(err, &skipped) {
+	skipped, err := Skipped(err)
+	if err != nil {
 		return EtcdStatus{}, errors.Unwrap(err)
 	}
 	return EtcdStatus{Records: len(recs), Skipped: skipped}, nil

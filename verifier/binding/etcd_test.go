@@ -159,16 +159,20 @@ func TestEtcdBadRecordsReported(t *testing.T) {
 		}
 	}
 	list, err := s.List(ctx)
-	var skipped *binding.EtcdSkippedError
-	if !errors.As(err, &skipped) || len(list) != 1 || list[0].Name != diskU {
+	skipped, rest := binding.Skipped(err)
+	if err == nil || rest != nil || len(list) != 1 || list[0].Name != diskU {
 		t.Fatalf("list: %+v %v", list, err)
 	}
-	if strings.Join(skipped.Keys, " ") != strings.Join(keys, " ") {
-		t.Fatalf("skipped %v, want %v", skipped.Keys, keys)
+	var skippedKeys []string
+	for _, r := range skipped {
+		skippedKeys = append(skippedKeys, r.Key)
+	}
+	if strings.Join(skippedKeys, " ") != strings.Join(keys, " ") {
+		t.Fatalf("skipped %v, want %v", skippedKeys, keys)
 	}
 	for i, tc := range cases {
-		if !strings.Contains(skipped.Reasons[i], tc.reason) || !strings.Contains(skipped.Reasons[i], keys[i]) {
-			t.Errorf("case %d: reason %q, want %q naming the key", i, skipped.Reasons[i], tc.reason)
+		if !strings.Contains(skipped[i].Reason, tc.reason) || !strings.Contains(skipped[i].Reason, keys[i]) {
+			t.Errorf("case %d: reason %q, want %q naming the key", i, skipped[i].Reason, tc.reason)
 		}
 		if _, err := s.Get(ctx, binding.Disk, disk(i)); err == nil || !strings.Contains(err.Error(), tc.reason) {
 			t.Errorf("case %d: get: %v", i, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -56,12 +57,26 @@ func toStatus(err error) error {
 	} else if reason == latchkeyv1.Reason_UNAVAILABLE {
 		detail = "join did not complete"
 	}
-	st, derr := status.New(codeOf(reason), reason.String()+": "+detail).
-		WithDetails(&latchkeyv1.Refusal{Reason: reason, Detail: detail})
+	refusal := &latchkeyv1.Refusal{Reason: reason, Detail: detail}
+	if reason == latchkeyv1.Reason_UNAVAILABLE {
+		refusal.RetryAfterMs = retryHint(err)
+	}
+	st, derr := status.New(codeOf(reason), reason.String()+": "+detail).WithDetails(refusal)
 	if derr != nil {
 		return status.Error(codes.Internal, "build status")
 	}
 	return st.Err()
+}
+
+// retryHint is the retry-after hint of a transient failure whose cause
+// knows when the verifier can decide again (the etcd store without
+// quorum), in milliseconds; 0 leaves the agent to its own backoff.
+func retryHint(err error) uint32 {
+	var h interface{ RetryAfter() time.Duration }
+	if !errors.As(err, &h) {
+		return 0
+	}
+	return uint32(min(h.RetryAfter(), maxRetryAfter).Milliseconds())
 }
 
 // audit writes the one line every join ends with. It names the node,

@@ -60,11 +60,11 @@ func storeCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "etcd store: %s, prefix %s: read and write allowed, %d records\n",
 		strings.Join(cfg.Identity.Etcd.Endpoints, ","), cfg.Identity.Etcd.Prefix, st.Records)
-	if st.Skipped != nil {
-		for i, k := range st.Skipped.Keys {
-			fmt.Fprintf(stdout, "invalid record %s: %s\n", k, st.Skipped.Reasons[i])
+	if len(st.Skipped) > 0 {
+		for _, r := range st.Skipped {
+			fmt.Fprintf(stdout, "invalid record %s: %s\n", r.Key, r.Reason)
 		}
-		fmt.Fprintf(stderr, "%s: %d invalid record(s)\n", name, len(st.Skipped.Keys))
+		fmt.Fprintf(stderr, "%s: %d invalid record(s)\n", name, len(st.Skipped))
 		return exitcode.Failed
 	}
 	return exitcode.OK
