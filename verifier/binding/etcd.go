@@ -237,10 +237,11 @@ func (e *Etcd) decodeEtcd(key string, value []byte) (Record, error) {
 	}
 	r := Record(er.fileRecord)
 	switch {
+	case checkGenerationPtr(r.KeyGeneration) != nil:
+		// Before validRecord, which refuses it too, so the reason is named.
+		return Record{}, fmt.Errorf("binding: etcd record %s: key generation %d is over %d", key, *r.KeyGeneration, MaxGeneration)
 	case !validRecord(r) || r.Created.IsZero():
 		return Record{}, fmt.Errorf("binding: etcd record %s is not a valid record", key)
-	case checkGenerationPtr(r.KeyGeneration) != nil:
-		return Record{}, fmt.Errorf("binding: etcd record %s: key generation %d is over %d", key, *r.KeyGeneration, MaxGeneration)
 	case e.Key(r.Kind, r.Name) != key:
 		return Record{}, fmt.Errorf("binding: etcd record %s does not name itself", key)
 	}
