@@ -121,6 +121,11 @@ const (
 	Address = "address"
 	// Socket is the path of a unix socket.
 	Socket = "socket"
+	// Peer is the remote address of a connection the program accepted.
+	Peer = "peer"
+	// Setting is the configuration key an error is about (stateDir,
+	// metricsListen), so the operator knows which line to fix.
+	Setting = "setting"
 	// Waited is how long the program waited for something it needed.
 	Waited = "waited"
 	// Timeout is how long the program will wait at most.
@@ -221,4 +226,7 @@ const (
 	Round = "round"
 	// NextIn is how long until the next re-attestation round.
 	NextIn = "next_in"
+	// Suppressed is how many like events were not logged since the
+	// last line about them (a rate-limited warning).
+	Suppressed = "suppressed"
 )

@@ -70,6 +70,10 @@ type Metrics struct {
 	shadow *prometheus.CounterVec
 	// gens are the master-secret generation gauges (generations.go).
 	gens *generationMetrics
+	// ops are build, certificate, reload and handshake metrics (ops.go).
+	ops *opsMetrics
+	// ready is the /readyz check (server.go).
+	ready readyCheck
 }
 
 // New creates the metrics, with the Go runtime and process collectors
@@ -119,6 +123,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.adm = newAdmissionMetrics(m.reg)
 	m.gens = newGenerationMetrics(m.reg)
+	m.ops = newOpsMetrics(m.reg)
 	m.initSeries()
 	return m
 }
@@ -198,6 +203,7 @@ func (m *Metrics) PolicyLoaded(digest string) {
 		return
 	}
 	m.reloads.WithLabelValues("ok").Inc()
+	m.ops.reloadSucceeded()
 	m.policy.Reset()
 	m.policy.WithLabelValues(digest).Set(1)
 }
