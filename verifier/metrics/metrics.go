@@ -227,6 +227,7 @@ func (m *Metrics) PolicyReloadFailed() {
 		return
 	}
 	m.reloads.WithLabelValues("error").Inc()
+	m.ops.failing.Set(1)
 }
 
 // variantLabel is "tpm", "snp", ... for known variants and "unknown" for

@@ -46,6 +46,7 @@ type opsMetrics struct {
 	buildInfo   *prometheus.GaugeVec
 	certExpiry  prometheus.Gauge
 	lastReload  prometheus.Gauge
+	failing     prometheus.Gauge
 	handshakes  *prometheus.CounterVec
 	nowForTests func() time.Time
 }
@@ -64,13 +65,17 @@ func newOpsMetrics(reg *prometheus.Registry) *opsMetrics {
 			Namespace: namespace, Name: "policy_last_reload_success_timestamp_seconds",
 			Help: "When the policy file was last loaded successfully (at start or by a reload of changed content), in seconds since the Unix epoch.",
 		}),
+		failing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "policy_reload_failing",
+			Help: "1 while the policy file on disk is refused and the previous policy stays in force, else 0.",
+		}),
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "tls_handshake_failures_total",
 			Help: "TLS handshakes on the join port that did not finish, by cause (client_alert: the client rejected our certificate, as an agent whose pin does not match does; client_closed, server_refused, not_tls, incomplete_hello, timeout).",
 		}, []string{"cause"}),
 		nowForTests: time.Now,
 	}
-	reg.MustRegister(o.buildInfo, o.certExpiry, o.lastReload, o.handshakes)
+	reg.MustRegister(o.buildInfo, o.certExpiry, o.lastReload, o.failing, o.handshakes)
 	b := version.Get()
 	o.buildInfo.WithLabelValues(b.Version, b.Revision, b.GoVersion).Set(1)
 	for _, c := range HandshakeCauses {
@@ -106,4 +111,5 @@ func (m *Metrics) HandshakeFailed(cause string) {
 // reloadSucceeded stamps the time of a successful policy load.
 func (o *opsMetrics) reloadSucceeded() {
 	o.lastReload.Set(float64(o.nowForTests().UnixNano()) / 1e9)
+	o.failing.Set(0)
 }

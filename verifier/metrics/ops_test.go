@@ -41,10 +41,12 @@ func TestReloadTimestampMovesOnlyOnSuccess(t *testing.T) {
 	expect(t, scrape(t, m), map[string]string{
 		`latchkey_verifier_policy_last_reload_success_timestamp_seconds`: "1.8000000005e+09",
 		`latchkey_verifier_policy_reloads_total{result="error"}`:         "1",
+		`latchkey_verifier_policy_reload_failing`:                        "1",
 	})
 	m.PolicyLoaded("sha256:bb")
 	expect(t, scrape(t, m), map[string]string{
 		`latchkey_verifier_policy_last_reload_success_timestamp_seconds`: "1.8000036005e+09",
+		`latchkey_verifier_policy_reload_failing`:                        "0",
 	})
 }
 

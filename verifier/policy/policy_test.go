@@ -167,11 +167,12 @@ func TestStoreLogsABadFileOncePerContent(t *testing.T) {
 	if count(refused) != 3 || !strings.Contains(logs.String(), "no such file") {
 		t.Fatalf("a removed file: %d log lines\n%s", count(refused), logs.String())
 	}
-	// Reverted to the policy in force: nothing to reload, but the fix is logged once.
+	// Reverted to the policy in force: nothing to install, but the fix is
+	// logged and reported (as a good reload) once.
 	os.WriteFile(path, []byte(good), 0o600)
 	s.Reload()
 	s.Reload()
-	if count(fixed) != 1 || len(reloads) != 3 {
+	if count(fixed) != 1 || len(reloads) != 4 || reloads[3] != s.Current().Digest {
 		t.Fatalf("revert to the policy in force: %d fix lines, %d reload reports\n%s", count(fixed), len(reloads), logs.String())
 	}
 	// A bad file, then a new good one: the fix line names the new digest.

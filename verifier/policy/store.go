@@ -105,7 +105,9 @@ func (s *Store) Reload() {
 		attempt = "unreadable: " + err.Error()
 	}
 	if attempt == s.digest {
-		s.recovered(s.digest)
+		if s.recovered(s.digest) {
+			s.notify(s.digest, nil) // the file loads again: a successful reload
+		}
 		return
 	}
 	if attempt == s.bad {
