@@ -92,7 +92,7 @@ func New(cfg *Config, deps Deps) (*Verifier, error) {
 	for _, step := range []struct {
 		run    func() error
 		config bool // a failure is the operator's to fix: restarting cannot help
-	}{{v.loadKube, false}, {v.loadBindings, false}, {v.loadPolicy, true}, {v.buildServer, false}} {
+	}{{v.checkStateDir, true}, {v.loadKube, false}, {v.loadBindings, false}, {v.loadPolicy, true}, {v.buildServer, false}} {
 		if err := step.run(); err != nil {
 			v.keys.Close()
 			if step.config {
