@@ -5,8 +5,11 @@ package app
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"net"
 
 	"github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
@@ -92,12 +95,35 @@ func NewIssuer(cfg *config.Config, log *slog.Logger) (attest.Issuer, error) {
 	if variant(cfg) == "snp" {
 		return snp.NewIssuer(snp.IssuerConfig{Logger: log})
 	}
-	// A TPM without a resource manager keeps what a killed agent loaded;
-	// at boot the agent is its only user, so that is flushed first.
-	if _, err := tpm.FlushStale(cfg.TPM.Device); err != nil {
+	// The issuer checks the PCR list before it opens the TPM, so a bad
+	// list is a bad configuration even while the TPM is missing.
+	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: cfg.TPM.Device, PCRs: cfg.TPM.PCRs, Logs: tpmLogs(cfg)})
+	if deviceUnavailable(err) {
+		// Not there yet (a driver loading late, a vTPM not attached yet)
+		// or not answering: a restart may find it, so this is a device
+		// failure (restarted), not a bad configuration.
+		return nil, fmt.Errorf("%w: %w", attest.ErrDevice, err)
+	}
+	if err != nil {
 		return nil, err
 	}
-	return tpm.NewIssuer(tpm.IssuerConfig{Device: cfg.TPM.Device, PCRs: cfg.TPM.PCRs, Logs: tpmLogs(cfg)})
+	// A TPM without a resource manager keeps what a killed agent loaded;
+	// at boot the agent is its only user, so that is flushed before the
+	// first attestation (the issuer's probe above loads nothing).
+	if _, err := tpm.FlushStale(cfg.TPM.Device); err != nil {
+		iss.Close()
+		return nil, err
+	}
+	return iss, nil
+}
+
+// deviceUnavailable reports whether err is the TPM failing to open: the
+// character device missing or refusing (*fs.PathError), or a TCP TPM not
+// answering (*net.OpError).
+func deviceUnavailable(err error) bool {
+	var pe *fs.PathError
+	var ne *net.OpError
+	return err != nil && (errors.As(err, &pe) || errors.As(err, &ne))
 }
 
 // tpmLogs are the configured event-log paths.

@@ -40,8 +40,9 @@ const (
 	// Stopped: the agent was told to stop (SIGTERM) before the boot
 	// finished; nothing failed.
 	Stopped = 8
-	// DeviceFailed: the TPM or the SEV-SNP guest device failed (out of
-	// object memory, locked out, not answering). systemd restarts the
+	// DeviceFailed: the TPM or the SEV-SNP guest device is missing (a
+	// driver loading late: /dev/tpmrm0 not there yet), not answering, or
+	// failed (out of object memory, locked out). systemd restarts the
 	// agent, which first flushes what an earlier run left on the TPM.
 	DeviceFailed = 9
 )
