@@ -4,12 +4,14 @@
 package app
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
@@ -176,6 +178,14 @@ func role(name string) latchkeyv1.Role {
 	return latchkeyv1.Role_ROLE_WORKER
 }
 
+// clockBehind reports whether err is a verifier certificate that is not
+// yet valid at now: this machine's clock is behind (a restart once time
+// is synchronised helps), unlike an expired certificate or a wrong pin.
+func clockBehind(err error, now time.Time) bool {
+	var ce x509.CertificateInvalidError
+	return errors.As(err, &ce) && ce.Reason == x509.Expired && ce.Cert != nil && now.Before(ce.Cert.NotBefore)
+}
+
 // ExitCode maps the outcome of a boot to the agent's exit codes.
 func ExitCode(err error) int {
 	var se *boot.StageError
@@ -187,6 +197,8 @@ func ExitCode(err error) int {
 		return exitcode.RefusedByPolicy
 	case errors.Is(err, ticket.ErrStopped):
 		return exitcode.Stopped
+	case clockBehind(err, time.Now()):
+		return exitcode.ClockBehind
 	case errors.Is(err, atls.ErrPinMismatch):
 		return exitcode.VerifierNotAuthenticated
 	case errors.Is(err, attest.ErrDevice):

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -66,9 +67,9 @@ func RestartColumn(doc []byte, marker string) (map[int]string, error) {
 
 // CheckRestarts holds a documented exit-code table (RestartColumn) to a
 // unit's RestartPreventExitStatus= list: a code is documented "no" exactly
-// when the unit prevents its restart, every code from 0 to last is
-// documented, and 0 is "–".
-func CheckRestarts(table map[int]string, prevent []string, last int) []error {
+// when the unit prevents its restart, every code the program uses (codes)
+// and no other is documented, and 0 is "–".
+func CheckRestarts(table map[int]string, prevent []string, codes []int) []error {
 	var errs []error
 	prevented := map[int]bool{}
 	for _, p := range prevent {
@@ -78,7 +79,7 @@ func CheckRestarts(table map[int]string, prevent []string, last int) []error {
 		}
 		prevented[n] = true
 	}
-	for code := 0; code <= last; code++ {
+	for _, code := range codes {
 		cell, ok := table[code]
 		switch {
 		case !ok:
@@ -92,12 +93,12 @@ func CheckRestarts(table map[int]string, prevent []string, last int) []error {
 		}
 	}
 	for code := range prevented {
-		if code > last || code < 0 {
+		if !slices.Contains(codes, code) {
 			errs = append(errs, fmt.Errorf("RestartPreventExitStatus= names %d, which the program never uses", code))
 		}
 	}
 	for code := range table {
-		if code > last {
+		if !slices.Contains(codes, code) {
 			errs = append(errs, fmt.Errorf("code %d is documented but the program never uses it", code))
 		}
 	}

@@ -28,7 +28,14 @@ func TestCheckRestarts(t *testing.T) {
 	if len(table) != 4 || table[0] != "–" || table[1] != "yes" || table[2] != "no" || table[3] != "–" {
 		t.Fatalf("table %v", table)
 	}
-	if errs := CheckRestarts(table, []string{"2"}, 3); len(errs) != 0 {
+	upTo := func(last int) []int {
+		var codes []int
+		for c := 0; c <= last; c++ {
+			codes = append(codes, c)
+		}
+		return codes
+	}
+	if errs := CheckRestarts(table, []string{"2"}, upTo(3)); len(errs) != 0 {
 		t.Fatalf("agreeing table: %v", errs)
 	}
 	for _, c := range []struct {
@@ -42,7 +49,7 @@ func TestCheckRestarts(t *testing.T) {
 		{[]string{"2"}, 2, "code 3 is documented but the program never uses it"},
 		{[]string{"2", "7"}, 3, "RestartPreventExitStatus= names 7, which the program never uses"},
 	} {
-		errs := CheckRestarts(table, c.prevent, c.last)
+		errs := CheckRestarts(table, c.prevent, upTo(c.last))
 		if len(errs) != 1 || errs[0].Error() != c.want {
 			t.Errorf("prevent %v last %d: %v, want [%s]", c.prevent, c.last, errs, c.want)
 		}
