@@ -100,7 +100,7 @@ func New() *Metrics {
 		}, []string{"cause"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "policy_reloads_total",
-			Help: "Policy loads and reloads by result (ok, error); a failed reload keeps the previous policy.",
+			Help: "Policy loads and reloads by result (ok, error); a failed reload keeps the previous policy, and a bad file counts once per distinct content.",
 		}, []string{"result"}),
 		policy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "policy_info",

@@ -12,7 +12,7 @@ import (
 	"github.com/latchkey/latchkey/internal/pkitest"
 )
 
-// server serves TLS 1.3 on l as gRPC does (the handshake, then the
+// benchServer serves TLS 1.3 on l as gRPC does (the handshake, then the
 // server's first write) until l closes.
 func benchServer(l net.Listener, cfg *tls.Config) {
 	for {
