@@ -123,9 +123,6 @@ const (
 	Socket = "socket"
 	// Peer is the remote address of a connection the program accepted.
 	Peer = "peer"
-	// Setting is the configuration key an error is about (stateDir,
-	// metricsListen), so the operator knows which line to fix.
-	Setting = "setting"
 	// Waited is how long the program waited for something it needed.
 	Waited = "waited"
 	// Timeout is how long the program will wait at most.
