@@ -3,7 +3,8 @@
 #   1. static checks: gofmt, go vet, generated protobuf code up to date,
 #      no tracked build outputs, shipped binaries free of test-only
 #      packages, the layer map (scripts/layercheck), log keys only from
-#      internal/logkey, shellcheck on every shell script;
+#      internal/logkey, shellcheck on every shell script, promtool on the
+#      monitoring rules;
 #   2. go test ./... : unit tests and the swtpm / cryptsetup integration
 #      tests (needs root for loop devices), plus a short fuzz run;
 #   3. systemd units and the image kit (systemd-analyze, debootstrap root);
@@ -31,7 +32,7 @@ need_packages swtpm:swtpm swtpm_setup:swtpm-tools tpm2_pcrextend:tpm2-tools cryp
   protoc:protobuf-compiler mkfs.xfs:xfsprogs pvcreate:lvm2 sgdisk:gdisk mkfs.ext4:e2fsprogs \
   blkid:util-linux python3:python3 shellcheck:shellcheck objcopy:binutils osslsigncode:osslsigncode \
   /usr/lib/systemd/boot/efi/linuxx64.efi.stub:systemd-boot-efi mkfs.btrfs:btrfs-progs mkfs.vfat:dosfstools \
-  xorriso:xorriso sfdisk:fdisk mdadm:mdadm
+  xorriso:xorriso sfdisk:fdisk mdadm:mdadm promtool:prometheus
 
 declare -A took=()
 tier() {
@@ -64,6 +65,7 @@ static_checks() {
   # One log vocabulary: every log key in the product is an internal/logkey constant.
   go test -count=1 -run '^(TestKeysAreConstants|TestScannerFindsEveryKeyForm|TestOneNamePerConcept)$' ./internal/logkey
   shell_lint
+  monitoring_rules
   echo "static checks passed"
 }
 
@@ -94,6 +96,12 @@ no_build_outputs() {
 # shell_lint runs shellcheck (settings in .shellcheckrc) on every tracked
 # shell script: the *.sh files and every file whose first line is a sh or
 # bash shebang (.ci/run, the QEMU guest's scripts).
+# monitoring_rules checks the shipped Prometheus rules and runs their unit
+# tests (verifier/deploy, docs/metrics.md).
+monitoring_rules() {
+  (cd verifier/deploy && promtool check rules prometheus-rules.yaml && promtool test rules prometheus-rules.test.yaml)
+}
+
 shell_lint() {
   local scripts=() f
   while IFS= read -r f; do

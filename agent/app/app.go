@@ -4,9 +4,14 @@
 package app
 
 import (
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"net"
+	"time"
 
 	"github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
@@ -92,12 +97,35 @@ func NewIssuer(cfg *config.Config, log *slog.Logger) (attest.Issuer, error) {
 	if variant(cfg) == "snp" {
 		return snp.NewIssuer(snp.IssuerConfig{Logger: log})
 	}
-	// A TPM without a resource manager keeps what a killed agent loaded;
-	// at boot the agent is its only user, so that is flushed first.
-	if _, err := tpm.FlushStale(cfg.TPM.Device); err != nil {
+	// The issuer checks the PCR list before it opens the TPM, so a bad
+	// list is a bad configuration even while the TPM is missing.
+	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: cfg.TPM.Device, PCRs: cfg.TPM.PCRs, Logs: tpmLogs(cfg)})
+	if deviceUnavailable(err) {
+		// Not there yet (a driver loading late, a vTPM not attached yet)
+		// or not answering: a restart may find it, so this is a device
+		// failure (restarted), not a bad configuration.
+		return nil, fmt.Errorf("%w: %w", attest.ErrDevice, err)
+	}
+	if err != nil {
 		return nil, err
 	}
-	return tpm.NewIssuer(tpm.IssuerConfig{Device: cfg.TPM.Device, PCRs: cfg.TPM.PCRs, Logs: tpmLogs(cfg)})
+	// A TPM without a resource manager keeps what a killed agent loaded;
+	// at boot the agent is its only user, so that is flushed before the
+	// first attestation (the issuer's probe above loads nothing).
+	if _, err := tpm.FlushStale(cfg.TPM.Device); err != nil {
+		iss.Close()
+		return nil, err
+	}
+	return iss, nil
+}
+
+// deviceUnavailable reports whether err is the TPM failing to open: the
+// character device missing or refusing (*fs.PathError), or a TCP TPM not
+// answering (*net.OpError).
+func deviceUnavailable(err error) bool {
+	var pe *fs.PathError
+	var ne *net.OpError
+	return err != nil && (errors.As(err, &pe) || errors.As(err, &ne))
 }
 
 // tpmLogs are the configured event-log paths.
@@ -150,6 +178,14 @@ func role(name string) latchkeyv1.Role {
 	return latchkeyv1.Role_ROLE_WORKER
 }
 
+// clockBehind reports whether err is a verifier certificate that is not
+// yet valid at now: this machine's clock is behind (a restart once time
+// is synchronised helps), unlike an expired certificate or a wrong pin.
+func clockBehind(err error, now time.Time) bool {
+	var ce x509.CertificateInvalidError
+	return errors.As(err, &ce) && ce.Reason == x509.Expired && ce.Cert != nil && now.Before(ce.Cert.NotBefore)
+}
+
 // ExitCode maps the outcome of a boot to the agent's exit codes.
 func ExitCode(err error) int {
 	var se *boot.StageError
@@ -161,6 +197,8 @@ func ExitCode(err error) int {
 		return exitcode.RefusedByPolicy
 	case errors.Is(err, ticket.ErrStopped):
 		return exitcode.Stopped
+	case clockBehind(err, time.Now()):
+		return exitcode.ClockBehind
 	case errors.Is(err, atls.ErrPinMismatch):
 		return exitcode.VerifierNotAuthenticated
 	case errors.Is(err, attest.ErrDevice):

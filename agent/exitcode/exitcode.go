@@ -40,14 +40,25 @@ const (
 	// Stopped: the agent was told to stop (SIGTERM) before the boot
 	// finished; nothing failed.
 	Stopped = 8
-	// DeviceFailed: the TPM or the SEV-SNP guest device failed (out of
-	// object memory, locked out, not answering). systemd restarts the
+	// DeviceFailed: the TPM or the SEV-SNP guest device is missing (a
+	// driver loading late: /dev/tpmrm0 not there yet), not answering, or
+	// failed (out of object memory, locked out). systemd restarts the
 	// agent, which first flushes what an earlier run left on the TPM.
 	DeviceFailed = 9
+	// ClockBehind: the verifier's certificate, accepted through a pinned
+	// CA, is not yet valid by this machine's clock, so the clock is
+	// behind (no time synchronisation yet, a dead RTC battery). No
+	// evidence was sent. systemd restarts the agent after a pause, by
+	// when the clock has usually been set.
+	ClockBehind = 12
 )
 
+// Codes lists every code the agent uses.
+var Codes = []int{OK, Internal, BadConfig, RefusedByPolicy, VerifierUnreachable, DiskRefused,
+	KubeadmFailed, VerifierNotAuthenticated, Stopped, DeviceFailed, ClockBehind}
+
 // Last is the highest code the agent uses.
-const Last = DeviceFailed
+const Last = ClockBehind
 
 // Name returns a short stable name for code, for log lines and the
 // `latchkey-agent status` output.
@@ -73,6 +84,8 @@ func Name(code int) string {
 		return "stopped"
 	case DeviceFailed:
 		return "device-failed"
+	case ClockBehind:
+		return "clock-behind"
 	default:
 		return "unknown"
 	}

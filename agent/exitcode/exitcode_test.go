@@ -1,6 +1,7 @@
 package exitcode
 
 import (
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func TestUnitMatchesCodes(t *testing.T) {
 
 func TestNamesAreDistinct(t *testing.T) {
 	seen := map[string]int{}
-	for code := OK; code <= Last; code++ {
+	for _, code := range Codes {
 		n := Name(code)
 		if n == "unknown" {
 			t.Fatalf("code %d has no name", code)
@@ -36,5 +37,31 @@ func TestNamesAreDistinct(t *testing.T) {
 	}
 	if Name(99) != "unknown" {
 		t.Fatalf("Name(99) = %q, want unknown", Name(99))
+	}
+}
+
+// TestDocsAgreeWithUnit: docs/configuration.md's table says "no" under
+// "restarted" for exactly the codes the unit's RestartPreventExitStatus=
+// names, and documents every code.
+func TestDocsAgreeWithUnit(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := systemdunit.RestartColumn(doc, "Exit codes (see `agent/exitcode`)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prevent, err := systemdunit.Fields("../../units/latchkey-agent.service", "RestartPreventExitStatus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range systemdunit.CheckRestarts(table, prevent, Codes) {
+		t.Error(e)
+	}
+	for _, code := range Codes {
+		if !strings.Contains(string(doc), "| "+strconv.Itoa(code)+" | `"+Name(code)+"` |") {
+			t.Errorf("docs/configuration.md does not name code %d `%s`", code, Name(code))
+		}
 	}
 }

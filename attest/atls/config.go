@@ -85,7 +85,7 @@ func verifyPinned(chain []*x509.Certificate, pins []Pin, serverName string) erro
 			KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		})
 		if err != nil {
-			return fmt.Errorf("%w: pinned CA %s does not verify the leaf: %v", ErrPinMismatch, PinOf(c), err)
+			return fmt.Errorf("%w: pinned CA %s does not verify the leaf: %w", ErrPinMismatch, PinOf(c), err)
 		}
 		return checkName(leaf, c, serverName)
 	}

@@ -121,6 +121,8 @@ const (
 	Address = "address"
 	// Socket is the path of a unix socket.
 	Socket = "socket"
+	// Peer is the remote address of a connection the program accepted.
+	Peer = "peer"
 	// Waited is how long the program waited for something it needed.
 	Waited = "waited"
 	// Timeout is how long the program will wait at most.
@@ -224,4 +226,7 @@ const (
 	Round = "round"
 	// NextIn is how long until the next re-attestation round.
 	NextIn = "next_in"
+	// Suppressed is how many like events were not logged since the
+	// last line about them (a rate-limited warning).
+	Suppressed = "suppressed"
 )

@@ -1,7 +1,13 @@
-// Package version names the build of latchkey's programs for --version:
-// the release set at link time (-ldflags "-X
+// Package version names the build of latchkey's programs, for --version
+// and the verifier's build_info metric. The version is the release set at
+// link time (-ldflags "-X
 // github.com/latchkey/latchkey/internal/version.Release=v1.2.3"), else the
-// VCS revision Go records in the binary, else "devel".
+// module version Go stamps from the VCS (a tag, or a pseudo-version of the
+// commit), else "devel". The revision is the commit Go stamps
+// (vcs.revision, "-dirty" when the tree had changes). Go stamps both only
+// when it builds inside a git checkout with -buildvcs left on (not in a
+// git worktree, whose .git is a file Go does not recognise); a build
+// without them says "devel" and "unknown" rather than guess.
 package version
 
 import (
@@ -13,36 +19,62 @@ import (
 // Release is set at link time for release builds.
 var Release = ""
 
-// String is "<program> <release or revision> (<go version>)".
-func String(program string) string {
-	return fmt.Sprintf("%s %s (%s)", program, describe(), runtime.Version())
+// Unknown is the revision of a build Go stamped no commit into.
+const Unknown = "unknown"
+
+// Info describes one build.
+type Info struct {
+	// Version is the release, the stamped module version or "devel".
+	Version string
+	// Revision is the full commit hash (with "-dirty" for a modified
+	// tree) or Unknown.
+	Revision string
+	// GoVersion is the toolchain that built the program.
+	GoVersion string
 }
 
-func describe() string {
-	if Release != "" {
-		return Release
+// Get describes the running program.
+func Get() Info {
+	info, _ := debug.ReadBuildInfo()
+	return fromBuildInfo(info, Release)
+}
+
+// String is "<program> <version> (<revision>, <go version>)".
+func String(program string) string {
+	i := Get()
+	return fmt.Sprintf("%s %s (%s, %s)", program, i.Version, i.Revision, i.GoVersion)
+}
+
+// fromBuildInfo reads what the toolchain stamped; info may be nil (a
+// binary built without module support).
+func fromBuildInfo(info *debug.BuildInfo, release string) Info {
+	i := Info{Version: "devel", Revision: Unknown, GoVersion: runtime.Version()}
+	if info == nil {
+		if release != "" {
+			i.Version = release
+		}
+		return i
 	}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devel"
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		i.Version = v
 	}
-	rev, dirty := "", false
+	if release != "" {
+		i.Version = release
+	}
+	if info.GoVersion != "" {
+		i.GoVersion = info.GoVersion
+	}
+	dirty := false
 	for _, s := range info.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			rev = s.Value
+			i.Revision = s.Value
 		case "vcs.modified":
 			dirty = s.Value == "true"
 		}
 	}
-	if rev == "" {
-		return "devel"
+	if dirty && i.Revision != Unknown {
+		i.Revision += "-dirty"
 	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return "devel-" + rev
+	return i
 }

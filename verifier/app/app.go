@@ -92,7 +92,7 @@ func New(cfg *Config, deps Deps) (*Verifier, error) {
 	for _, step := range []struct {
 		run    func() error
 		config bool // a failure is the operator's to fix: restarting cannot help
-	}{{v.loadKube, false}, {v.loadBindings, false}, {v.loadPolicy, true}, {v.buildServer, false}} {
+	}{{v.checkStateDir, true}, {v.loadKube, false}, {v.loadBindings, false}, {v.loadPolicy, true}, {v.buildServer, false}} {
 		if err := step.run(); err != nil {
 			v.keys.Close()
 			if step.config {
@@ -101,6 +101,7 @@ func New(cfg *Config, deps Deps) (*Verifier, error) {
 			return nil, err
 		}
 	}
+	v.metrics.SetReadyCheck(v.ready) // ops.go
 	return v, nil
 }
 
@@ -196,7 +197,13 @@ func (v *Verifier) buildServer() error {
 	return nil
 }
 
-func (v *Verifier) certificate() (tls.Certificate, error) { return ServingCertificate(v.cfg) }
+func (v *Verifier) certificate() (tls.Certificate, error) {
+	cert, err := ServingCertificate(v.cfg)
+	if err != nil {
+		return cert, err
+	}
+	return cert, v.recordCertificate(cert) // ops.go
+}
 
 // ServingCertificate loads the configured certificate, or the self-managed
 // one in the state directory (created on first use), exactly as serve
@@ -239,15 +246,16 @@ func (v *Verifier) Serve(ctx context.Context) error {
 	defer v.bg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	lis, err := v.listener()
+	mlis, lis, stopAdmin, err := v.bind() // ops.go
 	if err != nil {
 		return err
 	}
+	defer stopAdmin()
 	v.bg.Go(func() { v.store.Run(ctx) })
 	if v.next != nil {
 		v.bg.Go(func() { v.next.Run(ctx) })
 	}
-	v.bg.Go(func() { v.serveMetrics(ctx) })
+	v.bg.Go(func() { v.serveMetrics(ctx, mlis) })
 	v.bg.Go(func() { v.countGenerations(ctx) }) // secrets.go
 	if v.revoker != nil {
 		v.bg.Go(func() { v.revoker.Run(ctx) })
@@ -260,8 +268,6 @@ func (v *Verifier) Serve(ctx context.Context) error {
 			v.bg.Go(func() { v.runReattest(ctx, leases) })
 		}
 	}
-	stopAdmin := v.serveAdmin()
-	defer stopAdmin()
 	errc := make(chan error, 1)
 	v.bg.Go(func() { errc <- v.grpc.Serve(lis) })
 	v.deps.Logger.Info("verifier serving", logkey.Address, lis.Addr().String(), logkey.DiskOnly, v.Minter == nil)
@@ -303,14 +309,14 @@ func (v *Verifier) listener() (net.Listener, error) {
 	if lis == nil {
 		var err error
 		if lis, err = net.Listen("tcp", v.cfg.Listen); err != nil {
-			return nil, fmt.Errorf("listen: %w", err)
+			return nil, fmt.Errorf("%w: listen %s: %w", ErrConfig, v.cfg.Listen, err)
 		}
 	}
-	return connlimit.Wrap(lis, connlimit.Config{
+	return v.watchHandshakes(connlimit.Wrap(lis, connlimit.Config{
 		MaxConnections:          v.cfg.Limits.MaxConnections,
 		MaxConnectionsPerSource: v.cfg.Limits.MaxConnectionsPerSource,
 		OnRefused:               v.metrics.ConnectionRefused,
-	}), nil
+	})), nil
 }
 
 func (v *Verifier) onReload(digest string, err error) {
@@ -324,22 +330,13 @@ func (v *Verifier) onReload(digest string, err error) {
 	}
 }
 
-func (v *Verifier) serveMetrics(ctx context.Context) {
-	if v.cfg.MetricsListen == "" {
-		return
-	}
-	if err := v.metrics.ListenAndServe(ctx, v.cfg.MetricsListen, v.deps.Logger); err != nil {
-		v.deps.Logger.Error("metrics server failed", logkey.Address, v.cfg.MetricsListen, logkey.Error, err.Error())
-	}
-}
-
 // serveAdmin serves the local admin API ("-" disables it). The socket is
 // 0660: the verifier's own (dynamic) user and group, and root, may
 // connect; the peer-credential check in the transport handshake admits
 // root only.
-func (v *Verifier) serveAdmin() func() {
+func (v *Verifier) serveAdmin() (func(), error) {
 	if v.cfg.AdminSocket == "-" {
-		return func() {}
+		return func() {}, nil
 	}
 	var tokens adminapi.Tokens // nil in disk-only mode
 	if v.kube != nil {
@@ -352,15 +349,14 @@ func (v *Verifier) serveAdmin() func() {
 		lis, err = localapi.Listen(localapi.SocketConfig{Path: v.cfg.AdminSocket, Mode: 0o660})
 	}
 	if err != nil {
-		v.deps.Logger.Warn("admin API not available", logkey.Socket, v.cfg.AdminSocket, logkey.Error, err.Error())
-		return func() {}
+		return nil, fmt.Errorf("%w: adminSocket %s: %w", ErrConfig, v.cfg.AdminSocket, err)
 	}
 	v.bg.Go(func() { _ = srv.Serve(lis) })
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		srv.Stop(ctx)
-	}
+	}, nil
 }
 
 // Healthy reports whether the join service is serving (the watchdog asks).

@@ -4,6 +4,11 @@
 // without kubeadm's CSR auto-approval), and the latchkey-system namespace
 // holding the binding Leases. The manifests are the source of
 // truth; Apply installs them with client-go, so no kubectl is needed.
+//
+// Beside them lies the monitoring pack (docs/metrics.md), which is not
+// applied to the cluster: prometheus-rules.yaml (recording rules and
+// alerts, unit-tested by promtool with prometheus-rules.test.yaml) and
+// grafana-dashboard.json.
 package deploy
 
 import (

@@ -12,13 +12,15 @@ package exitcode
 const (
 	// OK: the command did what it was asked (serve: stopped on SIGTERM).
 	OK = 0
-	// Failed: the command ran and failed: serve could not listen or
-	// serve, a Kubernetes or admin-socket call failed, `policy check`
-	// found the policy unfit. systemd restarts serve after a pause.
+	// Failed: the command ran and failed: serve stopped serving, a
+	// Kubernetes or admin-socket call failed, `policy check` found the
+	// policy unfit. systemd restarts serve after a pause.
 	Failed = 1
 	// BadConfig: the command line or the configuration is wrong (an
 	// unknown command or flag, a missing argument, an invalid config, a
-	// missing, short or group-readable master secret, an invalid policy).
+	// missing, short or group-readable master secret, an invalid policy,
+	// a listen, metricsListen or adminSocket address that cannot be
+	// bound).
 	// Not restarted: only the operator can fix it.
 	BadConfig = 2
 	// InUse: `secret retire` refused: disk records still name the

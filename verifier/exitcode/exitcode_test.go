@@ -54,3 +54,28 @@ func TestDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsAgreeWithUnit: docs/configuration.md's table says "no" under
+// "restarted" for exactly the codes the unit's RestartPreventExitStatus=
+// names, and documents every code.
+func TestDocsAgreeWithUnit(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := systemdunit.RestartColumn(doc, "Exit codes of latchkey-verifier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prevent, err := systemdunit.Fields("../../units/latchkey-verifier.service", "RestartPreventExitStatus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := []int{}
+	for code := OK; code <= Last; code++ {
+		codes = append(codes, code)
+	}
+	for _, e := range systemdunit.CheckRestarts(table, prevent, codes) {
+		t.Error(e)
+	}
+}

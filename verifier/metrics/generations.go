@@ -17,16 +17,16 @@ import (
 
 // generationMetrics are registered by New.
 type generationMetrics struct {
-	current *prometheus.GaugeVec
+	current prometheus.Gauge
 	disks   *prometheus.GaugeVec
 }
 
 func newGenerationMetrics(reg *prometheus.Registry) *generationMetrics {
 	g := &generationMetrics{
-		current: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		current: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "master_secret_current_generation",
-			Help: "Always 1; the generation label is the master-secret generation new disk keys are derived from.",
-		}, []string{"generation"}),
+			Help: "The master-secret generation new disk keys are derived from.",
+		}),
 		disks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "disks_by_key_generation",
 			Help: "Disk binding records by the master-secret generation their disk's last join named (unknown: a record from before generations were recorded).",
@@ -43,12 +43,11 @@ func (m *Metrics) MasterSecretsLoaded(gens []keys.GenerationInfo) {
 		return
 	}
 	m.secret.Reset()
-	m.gens.current.Reset()
 	for _, g := range gens {
 		n := strconv.FormatUint(uint64(g.Generation), 10)
 		m.secret.WithLabelValues(n, g.KeyID).Set(1)
 		if g.Current {
-			m.gens.current.WithLabelValues(n).Set(1)
+			m.gens.current.Set(float64(g.Generation))
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/latchkey/latchkey/verifier/keys"
@@ -14,7 +15,7 @@ func TestGenerationMetrics(t *testing.T) {
 	for series, want := range map[string]string{
 		`latchkey_verifier_master_secret_info{generation="0",key_id="kid-00"}`: "1",
 		`latchkey_verifier_master_secret_info{generation="3",key_id="kid-33"}`: "1",
-		`latchkey_verifier_master_secret_current_generation{generation="3"}`:   "1",
+		`latchkey_verifier_master_secret_current_generation`:                   "3",
 		`latchkey_verifier_disks_by_key_generation{generation="0"}`:            "2",
 		`latchkey_verifier_disks_by_key_generation{generation="3"}`:            "5",
 		`latchkey_verifier_disks_by_key_generation{generation="unknown"}`:      "1",
@@ -23,8 +24,16 @@ func TestGenerationMetrics(t *testing.T) {
 			t.Errorf("%s = %q, want %s", series, got[series], want)
 		}
 	}
-	if _, ok := got[`latchkey_verifier_master_secret_current_generation{generation="0"}`]; ok {
-		t.Error("generation 0 is exported as current")
+	// The value is the generation, not a label: one series, whatever
+	// the generation (a label would leave a stale series per rotation).
+	for series := range got {
+		if strings.HasPrefix(series, "latchkey_verifier_master_secret_current_generation{") {
+			t.Errorf("current generation carried in a label: %s", series)
+		}
+	}
+	m.MasterSecretsLoaded([]keys.GenerationInfo{{Generation: 4, KeyID: "kid-44", Current: true}})
+	if got := scrape(t, m)[`latchkey_verifier_master_secret_current_generation`]; got != "4" {
+		t.Errorf("after rotation to 4: current generation %q", got)
 	}
 	// A later count replaces the earlier one: a generation with no disk left disappears.
 	m.DisksByKeyGeneration(map[string]int{"3": 8})

@@ -72,6 +72,10 @@ type Metrics struct {
 	gens *generationMetrics
 	// store is the binding store's request metrics (store.go).
 	store *storeMetrics
+	// ops are build, certificate, reload and handshake metrics (ops.go).
+	ops *opsMetrics
+	// ready is the /readyz check (server.go).
+	ready readyCheck
 }
 
 // New creates the metrics, with the Go runtime and process collectors
@@ -98,7 +102,7 @@ func New() *Metrics {
 		}, []string{"cause"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "policy_reloads_total",
-			Help: "Policy loads and reloads by result (ok, error); a failed reload keeps the previous policy.",
+			Help: "Policy loads and reloads by result (ok, error); a failed reload keeps the previous policy, and a bad file counts once per distinct content.",
 		}, []string{"result"}),
 		policy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "policy_info",
@@ -122,6 +126,7 @@ func New() *Metrics {
 	m.adm = newAdmissionMetrics(m.reg)
 	m.gens = newGenerationMetrics(m.reg)
 	m.store = newStoreMetrics(m.reg)
+	m.ops = newOpsMetrics(m.reg)
 	m.initSeries()
 	return m
 }
@@ -201,6 +206,7 @@ func (m *Metrics) PolicyLoaded(digest string) {
 		return
 	}
 	m.reloads.WithLabelValues("ok").Inc()
+	m.ops.reloadSucceeded()
 	m.policy.Reset()
 	m.policy.WithLabelValues(digest).Set(1)
 }
@@ -224,6 +230,7 @@ func (m *Metrics) PolicyReloadFailed() {
 		return
 	}
 	m.reloads.WithLabelValues("error").Inc()
+	m.ops.failing.Set(1)
 }
 
 // variantLabel is "tpm", "snp", ... for known variants and "unknown" for

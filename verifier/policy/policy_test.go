@@ -130,3 +130,60 @@ func TestBootSection(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreLogsABadFileOncePerContent: a bad file is logged and counted
+// once, not at every poll; another bad content is logged again; a fix is
+// logged, also when it restores the policy in force byte for byte.
+func TestStoreLogsABadFileOncePerContent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	good := tpmPolicy(digestA)
+	os.WriteFile(path, []byte(good), 0o600)
+	var logs bytes.Buffer
+	var reloads []string
+	s, err := NewStore(StoreConfig{Path: path, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		OnReload: func(d string, err error) { reloads = append(reloads, d) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(msg string) int { return strings.Count(logs.String(), msg) }
+	const refused, fixed = "policy reload refused", "policy file fixed; reloads resume"
+
+	os.WriteFile(path, []byte(tpmPolicy("not-hex")), 0o600)
+	for range 5 {
+		s.Reload()
+	}
+	if count(refused) != 1 || len(reloads) != 1 {
+		t.Fatalf("one bad content polled 5 times: %d log lines, %d reload reports\n%s", count(refused), len(reloads), logs.String())
+	}
+	os.WriteFile(path, []byte(tpmPolicy("still-not-hex")), 0o600)
+	s.Reload()
+	s.Reload()
+	if count(refused) != 2 || len(reloads) != 2 {
+		t.Fatalf("a second bad content: %d log lines, %d reload reports", count(refused), len(reloads))
+	}
+	os.Remove(path)
+	s.Reload()
+	s.Reload()
+	if count(refused) != 3 || !strings.Contains(logs.String(), "no such file") {
+		t.Fatalf("a removed file: %d log lines\n%s", count(refused), logs.String())
+	}
+	// Reverted to the policy in force: nothing to install, but the fix is
+	// logged and reported (as a good reload) once.
+	os.WriteFile(path, []byte(good), 0o600)
+	s.Reload()
+	s.Reload()
+	if count(fixed) != 1 || len(reloads) != 4 || reloads[3] != s.Current().Digest {
+		t.Fatalf("revert to the policy in force: %d fix lines, %d reload reports\n%s", count(fixed), len(reloads), logs.String())
+	}
+	// A bad file, then a new good one: the fix line names the new digest.
+	os.WriteFile(path, []byte(tpmPolicy("not-hex")), 0o600)
+	s.Reload()
+	os.WriteFile(path, []byte(tpmPolicy(digestA, digestB)), 0o600)
+	s.Reload()
+	if count(fixed) != 2 || s.Current().Digest == "" || !strings.Contains(logs.String(), "policy="+s.Current().Digest) {
+		t.Fatalf("fixed by a new policy: %d fix lines\n%s", count(fixed), logs.String())
+	}
+	if count("policy reloaded") != 0 {
+		t.Fatalf("the fix was also logged as a plain reload\n%s", logs.String())
+	}
+}

@@ -28,6 +28,10 @@ type Store struct {
 	cfg    StoreConfig
 	cur    atomic.Pointer[Snapshot]
 	digest string
+	// bad is the digest of the last refused content ("unreadable: ..."
+	// when the file could not be read), "" when the file is good; Run's
+	// goroutine alone touches it.
+	bad string
 }
 
 // NewStore loads the file; a bad initial file is an error, since there is
@@ -88,25 +92,54 @@ func (s *Store) Run(ctx context.Context) {
 }
 
 // Reload checks the file once. Unchanged content is a no-op; a bad file is
-// logged and the snapshot in force stays.
+// logged and the snapshot in force stays. A bad file is logged (and told
+// to OnReload) once per distinct content, not at every poll, and the
+// first good content after it is logged as a recovery, also when it is
+// the policy in force again (a bad edit reverted).
 func (s *Store) Reload() {
 	data, err := ReadFile(s.cfg.Path)
-	if err == nil && Digest(data) == s.digest {
+	attempt := ""
+	if err == nil {
+		attempt = Digest(data)
+	} else {
+		attempt = "unreadable: " + err.Error()
+	}
+	if attempt == s.digest {
+		if s.recovered(s.digest) {
+			s.notify(s.digest, nil) // the file loads again: a successful reload
+		}
 		return
+	}
+	if attempt == s.bad {
+		return // already logged and counted
 	}
 	var snap *Snapshot
 	if err == nil {
 		snap, err = Load(data, s.cfg.Deps)
 	}
 	if err != nil {
-		s.cfg.Logger.Error("policy reload refused; the policy in force stays",
+		s.bad = attempt
+		s.cfg.Logger.Error("policy reload refused; the policy in force stays until the file is fixed",
 			logkey.Path, s.cfg.Path, logkey.Policy, s.digest, logkey.Error, err)
 		s.notify("", err)
 		return
 	}
 	s.install(snap)
-	s.cfg.Logger.Info("policy reloaded", logkey.Path, s.cfg.Path, logkey.Policy, snap.Digest)
+	if !s.recovered(snap.Digest) {
+		s.cfg.Logger.Info("policy reloaded", logkey.Path, s.cfg.Path, logkey.Policy, snap.Digest)
+	}
 	s.notify(snap.Digest, nil)
+}
+
+// recovered logs the end of a run of bad files, if one was running, and
+// reports whether it did.
+func (s *Store) recovered(digest string) bool {
+	if s.bad == "" {
+		return false
+	}
+	s.bad = ""
+	s.cfg.Logger.Info("policy file fixed; reloads resume", logkey.Path, s.cfg.Path, logkey.Policy, digest)
+	return true
 }
 
 func (s *Store) notify(digest string, err error) {

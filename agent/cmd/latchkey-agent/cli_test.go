@@ -101,3 +101,43 @@ func TestLocalMistakesExitBadConfigBeforeAnyNetwork(t *testing.T) {
 	default:
 	}
 }
+
+// TestMissingTPMIsRestarted: a TPM that is not there yet (a driver
+// loading late) is a device failure the unit restarts, not a bad
+// configuration it never restarts; a bad PCR list stays a bad
+// configuration.
+func TestMissingTPMIsRestarted(t *testing.T) {
+	cfgPath := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(cfgPath, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"run", "--config", cfgPath, "--kernel-cmdline", "/dev/null", "--pin", "sha256:" + strings.Repeat("ab", 32),
+		"--no-join", "--disk-mode", "key-only", "--verifier", "127.0.0.1:1", "--node-name", "n1",
+		"--disk-uuid", "3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b", "--variant", "tpm", "--status-file", "-"}
+	code, out, _ := agentProcess(t, append(common, "--tpm-device", filepath.Join(t.TempDir(), "tpmrm0"))...)
+	if code != exitcode.DeviceFailed || !strings.Contains(out, "no such file or directory") || !strings.Contains(out, "exit=device-failed") {
+		t.Fatalf("missing TPM: exit %d, output %q; want %d (device-failed)", code, out, exitcode.DeviceFailed)
+	}
+	// A PCR the TPM does not have is the operator's to fix, even with the
+	// TPM missing too.
+	badPCRs := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(badPCRs, []byte("tpm:\n  pcrs: [0, 99]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string(nil), common...)
+	args[2] = badPCRs
+	if code, out, _ := agentProcess(t, append(args, "--tpm-device", filepath.Join(t.TempDir(), "tpmrm0"))...); code != exitcode.BadConfig ||
+		!strings.Contains(out, "99") {
+		t.Fatalf("PCR 99: exit %d, output %q; want %d", code, out, exitcode.BadConfig)
+	}
+	// A swtpm address nobody listens on: not answering.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	if code, out, _ := agentProcess(t, append(common, "--tpm-device", "tcp://"+addr)...); code != exitcode.DeviceFailed {
+		t.Fatalf("TPM not answering: exit %d, output %q; want %d", code, out, exitcode.DeviceFailed)
+	}
+}

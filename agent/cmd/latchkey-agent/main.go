@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ import (
 	"github.com/latchkey/latchkey/agent/disk"
 	"github.com/latchkey/latchkey/agent/exitcode"
 	"github.com/latchkey/latchkey/agent/reattest"
+	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/internal/cli"
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/logging"
@@ -130,10 +132,14 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 		OnTicket:        state.Ticket,
 	})
 	if err != nil {
-		log.Error("cannot start", logkey.Error, err.Error())
-		state.Failed(err, exitcode.BadConfig)
-		leaveResult(cfg.StatusFile, state.Result(exitcode.BadConfig), log)
-		return exitcode.BadConfig
+		code := exitcode.BadConfig
+		if errors.Is(err, attest.ErrDevice) {
+			code = exitcode.DeviceFailed // a TPM not there yet: restarted
+		}
+		log.Error("cannot start", logkey.Exit, exitcode.Name(code), logkey.Error, err.Error())
+		state.Failed(err, code)
+		leaveResult(cfg.StatusFile, state.Result(code), log)
+		return code
 	}
 	defer a.Close()
 	err = a.Boot.Run(ctx)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,6 +68,11 @@ func TestServeMisconfigurationExitsTwo(t *testing.T) {
 	policy := filepath.Join(dir, "policy.yaml")
 	os.WriteFile(policy, []byte("apiVersion: latchkey/v1\ntpm:\n  pcrs:\n    7: ["+strings.Repeat("ab", 32)+"]\n  ekCARoots: []\n"), 0o600)
 	base := []string{"serve", "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(dir, "state"), "--cluster-salt", "c"}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -76,6 +82,10 @@ func TestServeMisconfigurationExitsTwo(t *testing.T) {
 		{"short secret", []string{"--master-secret-file", short, "--policy", policy}, "is 4 bytes, want at least 32"},
 		{"missing policy", []string{"--master-secret-file", secret, "--policy", filepath.Join(dir, "absent.yaml")}, "absent.yaml"},
 		{"bogus log level", []string{"--log-level", "bogus"}, `--log-level "bogus"`},
+		{"join port in use", []string{"--master-secret-file", secret, "--policy", policy, "--listen", held.Addr().String()},
+			"listen " + held.Addr().String()},
+		{"state dir not writable", []string{"--master-secret-file", secret, "--policy", policy, "--state-dir", filepath.Join(secret, "state")},
+			"stateDir " + filepath.Join(secret, "state")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, errs := verifierProcess(t, append(base, tc.args...)...)

@@ -197,7 +197,10 @@ func serve(args []string, stderr io.Writer) int {
 		}
 	}()
 	go func() { <-ctx.Done(); _ = notify.Stopping() }()
-	if err := v.Serve(ctx); err != nil {
+	if err := v.Serve(ctx); errors.Is(err, app.ErrConfig) {
+		// A listener that cannot be bound: restarting cannot free it.
+		return fail(exitcode.BadConfig, "cannot serve", err)
+	} else if err != nil {
 		return fail(exitcode.Failed, "serve failed", err)
 	}
 	return exitcode.OK
