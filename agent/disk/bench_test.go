@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/anatol/luks.go"
 	"golang.org/x/sys/unix"
@@ -179,4 +183,75 @@ func BenchmarkBlankCheck(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkFullCheck is the default blank check (fullcheck.go: every
+// byte read with O_DIRECT, 4 MiB requests, 4 in flight) next to
+// `dd if=DEV of=/dev/null bs=4M iflag=direct` on the same sparse loop
+// device, alternated in the same run (dd, check, dd, check, ...) so both
+// see the same machine load and the same state of the backing file's
+// page cache. Reports each one's rate, their ratio (target ≥ 0.9) and
+// the agent's CPU time per GiB (target ≤ 0.1 s; getrusage of this
+// process only: dd is a child, the loop device's reads run in a kernel
+// worker). LATCHKEY_FULLCHECK_GIB (default "1,10,100") and
+// LATCHKEY_FULLCHECK_ROUNDS (default 3) choose the sizes and pairs.
+func BenchmarkFullCheck(b *testing.B) {
+	requireRoot(b)
+	sizes := []int64{1, 10, 100}
+	if v := os.Getenv("LATCHKEY_FULLCHECK_GIB"); v != "" {
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	rounds := 3
+	if v := os.Getenv("LATCHKEY_FULLCHECK_ROUNDS"); v != "" {
+		rounds, _ = strconv.Atoi(v)
+	}
+	for _, gib := range sizes {
+		b.Run(fmt.Sprintf("%dGiB", gib), func(b *testing.B) {
+			r := newRig(b, gib<<30)
+			l := r.stage(func(c *LUKSConfig) { c.Logger = slog.New(slog.DiscardHandler) })
+			d, err := openDevice(r.dev, readOnly)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Close()
+			var ddWall, checkWall, checkCPU time.Duration
+			for b.Loop() {
+				for range rounds {
+					start := time.Now()
+					run(b, nil, "dd", "if="+r.dev, "of=/dev/null", "bs=4M", "iflag=direct", "status=none")
+					dd := time.Since(start)
+					cpu0 := selfCPU()
+					start = time.Now()
+					off, err := l.fullCheck(context.Background(), d, 0)
+					wall := time.Since(start)
+					cpu := selfCPU() - cpu0
+					if err != nil || off != -1 {
+						b.Fatalf("full check: %d, %v", off, err)
+					}
+					ddWall, checkWall, checkCPU = ddWall+dd, checkWall+wall, checkCPU+cpu
+					b.Logf("pair: dd %.0f MB/s, check %.0f MB/s, ratio %.2f, check CPU %.3f s/GiB",
+						mbs(gib, dd), mbs(gib, wall), dd.Seconds()/wall.Seconds(), cpu.Seconds()/float64(gib))
+				}
+			}
+			b.ReportMetric(float64(b.N*rounds)*float64(gib<<30)/checkWall.Seconds()/1e6, "check-MB/s")
+			b.ReportMetric(float64(b.N*rounds)*float64(gib<<30)/ddWall.Seconds()/1e6, "dd-MB/s")
+			b.ReportMetric(ddWall.Seconds()/checkWall.Seconds(), "check/dd")
+			b.ReportMetric(checkCPU.Seconds()/float64(int64(b.N*rounds)*gib), "cpu-s/GiB")
+		})
+	}
+}
+
+func mbs(gib int64, took time.Duration) float64 { return float64(gib<<30) / took.Seconds() / 1e6 }
+
+func selfCPU() time.Duration {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
