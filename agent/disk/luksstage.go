@@ -233,9 +233,22 @@ func (l *LUKS) openVolume(ctx context.Context, d *device, p probe, uuid string, 
 		return Result{}, fmt.Errorf("%w: expected latchkey's header for %s, found %s", ErrStateChanged, uuid, describeKind(p))
 	}
 	p, err := l.settleGeneration(d, p, keys) // rewrap.go
-	if err != nil {
-		return Result{}, err
+	if err == nil {
+		var res Result
+		res, err = l.openSettled(ctx, d, p, uuid, keys)
+		if err == nil {
+			return res, nil
+		}
 	}
+	if p.rewrapped {
+		return Result{}, fmt.Errorf("%w: %w", ErrHeaderWritten, err)
+	}
+	return Result{}, err
+}
+
+// openSettled maps the volume of a header on the ticket's generation,
+// makes or finds its file system and mounts it.
+func (l *LUKS) openSettled(ctx context.Context, d *device, p probe, uuid string, keys Keys) (Result, error) {
 	mapped, err := l.unsealAndMap(ctx, d, p, keys.Current)
 	if err != nil {
 		return Result{}, err

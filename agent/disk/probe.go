@@ -48,6 +48,9 @@ type probe struct {
 	// rule is the blank-check rule that admitted a kindBlank or
 	// kindInterrupted device.
 	rule string
+	// rewrapped: settleGeneration wrote (or began to write) a rewrapped
+	// header, so a later failure is not "nothing was written".
+	rewrapped bool
 }
 
 // classify reads the device and decides what it is. The order matters:

@@ -28,7 +28,7 @@ const (
 	// DiskRefused: the state disk is not one the agent may use (it carries
 	// data and no LUKS header, its header is not this node's or was
 	// altered, or it is missing, read-only or too small for the file
-	// system). Nothing was written; an operator must look.
+	// system). This run wrote no LUKS2 header; an operator must look.
 	DiskRefused = 5
 	// KubeadmFailed: `kubeadm join` failed. systemd restarts the agent; the
 	// disk stays open and the rejoin path skips what is already done.
