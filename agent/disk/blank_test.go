@@ -32,16 +32,24 @@ func TestOffsetsAreExact(t *testing.T) {
 }
 
 func TestZeroTestFindsEveryByte(t *testing.T) {
-	b := make([]byte, 3*zeroBlockSize+100)
-	if i := firstNonZeroFast(b); i != -1 {
+	b := make([]byte, 3*16384+100)
+	if i := firstNonZeroFast(b); i != -1 || firstNonZeroFast(nil) != -1 {
 		t.Fatalf("zero buffer: %d", i)
 	}
-	for _, i := range []int{0, 1, zeroBlockSize - 1, zeroBlockSize, 2*zeroBlockSize + 7, len(b) - 1} {
+	for _, i := range []int{0, 1, 16383, 16384, 2*16384 + 7, len(b) - 2, len(b) - 1} {
 		b[i] = 0x80
 		if got := firstNonZeroFast(b); got != i {
 			t.Errorf("non-zero byte at %d found at %d", i, got)
 		}
 		b[i] = 0
+	}
+	// Built to slip past an "all bytes equal" test: every byte the same
+	// non-zero value.
+	for i := range b {
+		b[i] = 7
+	}
+	if got := firstNonZeroFast(b); got != 0 {
+		t.Errorf("a buffer of 7s: %d", got)
 	}
 }
 
