@@ -157,8 +157,9 @@ const (
 	// BlankCheck is the rule that admitted a state disk as blank for a
 	// first boot ("full" or "sampled").
 	BlankCheck = "blank_check"
-	// BytesRead and BytesTotal are a long device read's progress.
-	BytesRead  = "bytes_read"
+	// BytesRead is how many bytes a long device read has read so far.
+	BytesRead = "bytes_read"
+	// BytesTotal is how many bytes a long device read reads in all.
 	BytesTotal = "bytes_total"
 	// RateMBs is a transfer rate in MB/s (10^6 bytes per second).
 	RateMBs = "rate_mb_s"
