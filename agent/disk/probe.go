@@ -17,9 +17,8 @@ import (
 type kind int
 
 const (
-	// kindBlank: nothing anywhere (scan.go: the first 16 MiB and last
-	// 4 MiB all zeros, no signature at any 1 MiB-aligned offset, every
-	// sample zero, nothing blkid recognises).
+	// kindBlank: nothing anywhere (fullcheck.go: every byte zero; or,
+	// under the sampled rule, scan.go and blkid found nothing).
 	kindBlank kind = iota
 	// kindOurs: a complete LUKS2 header of exactly latchkey's shape.
 	kindOurs
