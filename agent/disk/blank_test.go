@@ -183,6 +183,27 @@ func TestInterruptedInstallProvedByItsOwnBytes(t *testing.T) {
 			}
 		})
 	}
+	// Keyslot 0's area is proved in Open, with the ticket's key: an
+	// install whose key material was replaced is refused there, before
+	// anything is written.
+	r0 := newRig(t, testDiskSize)
+	crashFirstBoot(t, r0, testKey(43), StepHeaderPartial)
+	r0.kernel.powerOff()
+	writeDev(t, r0.dev, keyslotsOffset+8192, randomNoMagic(4096))
+	before := checksum(t, r0.dev)
+	l := r0.stage(nil)
+	plan0, err := l.Prepare(context.Background())
+	if err != nil {
+		t.Fatalf("Prepare (keyslot 0's area is not compared there): %v", err)
+	}
+	_, err = l.Open(context.Background(), plan0, testKey(43))
+	if !errors.Is(err, ErrForeignData) || errors.Is(err, ErrHeaderWritten) ||
+		!strings.Contains(err.Error(), "an interrupted latchkey header install whose keyslot 0 area is not latchkey's (the ticket's keys do not open it") {
+		t.Fatalf("Open: %v", err)
+	}
+	if checksum(t, r0.dev) != before {
+		t.Fatal("device changed")
+	}
 	// The control: untouched, it is redone.
 	r := newRig(t, testDiskSize)
 	plan, _ := crashFirstBoot(t, r, testKey(43), StepHeaderPartial)

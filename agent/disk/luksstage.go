@@ -181,7 +181,7 @@ func (l *LUKS) open(ctx context.Context, plan Plan, keys Keys) (Result, error) {
 // holds the disk's lock and classified d under it. wrote says the device
 // was written to (so an error is not "nothing was formatted").
 func (l *LUKS) ensureHeader(ctx context.Context, plan Plan, keys Keys, d *device, p probe) (wrote bool, err error) {
-	if err := l.checkInstall(plan, d, p); err != nil {
+	if err := l.checkInstall(plan, keys, d, p); err != nil {
 		return false, err
 	}
 	img, err := l.formatImage(ctx, plan.UUID, keys.Current, keys.Generation)
@@ -207,7 +207,7 @@ func (l *LUKS) ensureHeader(ctx context.Context, plan Plan, keys Keys, d *device
 }
 
 // checkInstall refuses every state ensureHeader must not write over.
-func (l *LUKS) checkInstall(plan Plan, d *device, p probe) error {
+func (l *LUKS) checkInstall(plan Plan, keys Keys, d *device, p probe) error {
 	switch {
 	case p.kind == kindOurs:
 		return fmt.Errorf("%w: the disk now carries latchkey's header for %s (another agent formatted it?), plan says %s; not rewriting it", ErrStateChanged, p.uuid, plan.UUID)
@@ -217,6 +217,14 @@ func (l *LUKS) checkInstall(plan Plan, d *device, p probe) error {
 		return fmt.Errorf("%w: the LUKS2 header Prepare found is gone (now: %s)", ErrStateChanged, describeKind(p))
 	case p.kind == kindInterrupted && p.uuid != plan.UUID:
 		return fmt.Errorf("%w: interrupted header is for %s, plan says %s", ErrStateChanged, p.uuid, plan.UUID)
+	case p.kind == kindInterrupted:
+		if err := ownKeyslot(p.head, keys, d.size); err != nil {
+			f := foreign(p.head, "an interrupted latchkey header install whose keyslot 0 area is not latchkey's ("+err.Error()+")")
+			f.uuid = p.uuid
+			if err := l.refuseForeign(d, f); err != nil {
+				return err
+			}
+		}
 	case p.kind == kindForeign:
 		if err := l.refuseForeign(d, p); err != nil {
 			return err

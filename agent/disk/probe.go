@@ -3,8 +3,10 @@ package disk
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -176,8 +178,8 @@ func classifyLUKS(head []byte) (probe, bool) {
 // loses nothing: no primary binary header (its 4 KiB are zero), a
 // secondary header that is exactly latchkey's (every field and its JSON,
 // as validated for a complete header), a primary JSON area that is empty
-// or the secondary's, keyslot 0's area (latchkey's key material, which
-// only the key could check), and zero everywhere else the install
+// or the secondary's, keyslot 0's area (latchkey's key material, proved
+// in Open with the ticket's key: ownKeyslot), and zero everywhere else the install
 // writes: the rest of the keyslots area (the install zeroes it) and the
 // state-record gap. The install writes nothing past the header area, so
 // the rest of the device must pass the blank-device check too. Anything
@@ -348,4 +350,39 @@ func madeByLatchkey(head []byte) bool {
 		}
 	}
 	return false
+}
+
+// ownKeyslot proves the one region of an interrupted install Prepare
+// cannot compare, keyslot 0's area (latchkey's AF-split key material):
+// with the ticket's key, which exists only once attestation succeeded. A
+// copy of the secondary header, made primary (magic, offset and
+// checksum), is unsealed from memory; if a key of the ticket opens it,
+// every byte of that area is what latchkey's luksFormat wrote for this
+// disk.
+func ownKeyslot(head []byte, keys Keys, size int64) error {
+	img := make([]byte, headAndKeyslot)
+	copy(img, head[:headAndKeyslot])
+	copy(img[:hdrSize], head[secondaryOffset:secondaryOffset+hdrSize])
+	copy(img[:len(primaryMagic)], primaryMagic)
+	binary.BigEndian.PutUint64(img[offHdrOffset:], 0)
+	h := sha256.New()
+	h.Write(img[:offCsum])
+	h.Write(make([]byte, 64))
+	h.Write(img[offPadding2:hdrSize])
+	copy(img[offCsum:offCsum+sha256.Size], h.Sum(nil))
+	var last error
+	for _, k := range [][]byte{keys.Current, keys.Previous} {
+		if len(k) == 0 {
+			continue
+		}
+		_, err := unsealDetached(img, k, "", size)
+		if err == nil {
+			return nil
+		}
+		last = err
+	}
+	if last == nil {
+		last = errors.New("no key")
+	}
+	return fmt.Errorf("the ticket's keys do not open it: %w", last)
 }
