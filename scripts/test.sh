@@ -32,7 +32,7 @@ need_packages swtpm:swtpm swtpm_setup:swtpm-tools tpm2_pcrextend:tpm2-tools cryp
   protoc:protobuf-compiler mkfs.xfs:xfsprogs pvcreate:lvm2 sgdisk:gdisk mkfs.ext4:e2fsprogs \
   blkid:util-linux python3:python3 shellcheck:shellcheck objcopy:binutils osslsigncode:osslsigncode \
   /usr/lib/systemd/boot/efi/linuxx64.efi.stub:systemd-boot-efi mkfs.btrfs:btrfs-progs mkfs.vfat:dosfstools \
-  xorriso:xorriso sfdisk:fdisk mdadm:mdadm promtool:prometheus
+  xorriso:xorriso sfdisk:fdisk mdadm:mdadm promtool:prometheus make-bcache:bcache-tools mcopy:mtools
 
 declare -A took=()
 tier() {

@@ -42,6 +42,9 @@ type Deps struct {
 	OnAttemptFailed func(err error)
 	// OnTicket is told of each ticket received; optional.
 	OnTicket func(ticket.Received)
+	// OnDiskCheck is told a first boot's blank check's progress every few
+	// seconds, with how far to extend the start timeout; optional.
+	OnDiskCheck disk.Progress
 }
 
 // Build assembles a boot from a validated config. The returned close
@@ -73,7 +76,7 @@ func BuildAgent(cfg *config.Config, deps Deps) (a *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := newDisk(cfg, deps.Logger)
+	d, err := newDisk(cfg, deps.Logger, deps.OnDiskCheck)
 	if err != nil {
 		return nil, err
 	}
@@ -158,15 +161,16 @@ func newTickets(cfg *config.Config, issuer attest.Issuer, deps Deps) (*ticket.Cl
 		OnAttemptFailed: deps.OnAttemptFailed, OnTicket: deps.OnTicket})
 }
 
-func newDisk(cfg *config.Config, log *slog.Logger) (disk.Stage, error) {
+func newDisk(cfg *config.Config, log *slog.Logger, progress disk.Progress) (disk.Stage, error) {
 	if cfg.Disk.Mode == "key-only" {
 		return disk.KeyOnly{UUID: cfg.Disk.UUID}, nil
 	}
 	return disk.NewLUKS(disk.LUKSConfig{
 		Device: cfg.Disk.Device, PartLabel: cfg.Disk.PartLabel, WaitTimeout: cfg.Disk.WaitTimeout.Duration,
 		MountPoint: cfg.Disk.MountPoint, BindMounts: cfg.Disk.BindMounts, FSType: cfg.Disk.FSType,
-		WipeStateDisk: string(cfg.Disk.WipeStateDisk), Logger: log,
-		Runner: execx.New(execx.Config{Logger: log}),
+		WipeStateDisk: string(cfg.Disk.WipeStateDisk), BlankCheck: cfg.Disk.BlankCheck, Logger: log,
+		Progress: progress,
+		Runner:   execx.New(execx.Config{Logger: log}),
 	})
 }
 
@@ -205,6 +209,8 @@ func ExitCode(err error) int {
 		return exitcode.DeviceFailed
 	case errors.Is(err, ticket.ErrUnreachable):
 		return exitcode.VerifierUnreachable
+	case errors.As(err, &se) && se.Stage == boot.StageDisk && errors.Is(err, disk.ErrHeaderWritten):
+		return exitcode.DiskOpenFailed
 	case errors.As(err, &se) && se.Stage == boot.StageDisk:
 		return exitcode.DiskRefused
 	case errors.As(err, &se) && se.Stage == boot.StageJoin:

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/latchkey/latchkey/agent/boot"
+	"github.com/latchkey/latchkey/agent/disk"
 	"github.com/latchkey/latchkey/agent/exitcode"
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest"
@@ -28,6 +29,9 @@ func TestExitCode(t *testing.T) {
 		{"wrong pin", fmt.Errorf("gave up: v:1: %w", atls.ErrPinMismatch), exitcode.VerifierNotAuthenticated},
 		{"stopped", fmt.Errorf("%w before a ticket arrived", ticket.ErrStopped), exitcode.Stopped},
 		{"disk", &boot.StageError{Stage: boot.StageDisk, Err: errors.New("foreign data")}, exitcode.DiskRefused},
+		{"disk: header written, then open failed", &boot.StageError{Stage: boot.StageDisk, Err: fmt.Errorf("%w: %w", disk.ErrHeaderWritten, errors.New("mkfs failed"))},
+			exitcode.DiskOpenFailed},
+		{"disk: refused, nothing written", &boot.StageError{Stage: boot.StageDisk, Err: fmt.Errorf("%w: no device-mapper", disk.ErrUnusable)}, exitcode.DiskRefused},
 		{"join", &boot.StageError{Stage: boot.StageJoin, Err: errors.New("kubeadm")}, exitcode.KubeadmFailed},
 		{"tpm device", fmt.Errorf("evidence device failed: %w", attest.ErrDevice), exitcode.DeviceFailed},
 		{"anything else", errors.New("bug"), exitcode.Internal},

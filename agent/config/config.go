@@ -115,6 +115,11 @@ type Disk struct {
 	// UUID of the LUKS header on it. A value that names another disk
 	// destroys nothing. It exists for re-provisioning a node on purpose.
 	WipeStateDisk WipeTarget `json:"wipeStateDisk,omitempty"`
+	// BlankCheck is how a first boot proves the device blank before it
+	// formats it: "full" (the default: every byte read and zero) or
+	// "sampled" (the older sampled rule, only for state disks created
+	// with the VM; docs/configuration.md states its risk).
+	BlankCheck string `json:"blankCheck,omitempty"`
 	// WaitTimeout bounds the wait for the device to appear (default 60s).
 	WaitTimeout Duration `json:"waitTimeout,omitempty"`
 }

@@ -115,3 +115,38 @@ func TestWipeStateDiskNamesADisk(t *testing.T) {
 		t.Fatalf("a command line without the key cleared it: %q", c.Disk.WipeStateDisk)
 	}
 }
+
+// TestBlankCheckOption: the zero value is the full check; "sampled" must
+// be asked for exactly; anything else (a case variant, a typo, a
+// boolean) is refused.
+func TestBlankCheckOption(t *testing.T) {
+	const base = "verifiers: [v1:7443]\nverifierPins: [\"sha256:" + "0000000000000000000000000000000000000000000000000000000000000000" + "\"]\n"
+	load := func(t *testing.T, disk string) (*Config, error) {
+		path := filepath.Join(t.TempDir(), "agent.yaml")
+		os.WriteFile(path, []byte(base+disk), 0o600)
+		c, err := LoadFile(path, true)
+		if err != nil {
+			return nil, err
+		}
+		return c, c.Validate()
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"disk:\n  blankCheck: Full\n", `disk.blankCheck "Full": want full`},
+		{"disk:\n  blankCheck: none\n", `disk.blankCheck "none": want full`},
+		{"disk:\n  blankCheck: true\n", `key "disk.blankCheck": want a string, got bool`},
+		{"disk:\n  blankcheck: sampled\n", `unknown field "disk.blankcheck"`},
+		{"disk:\n  blankCheck: sampled\n  blankCheck: full\n", `key "disk.blankCheck" already set`},
+	} {
+		if _, err := load(t, c.yaml); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: err = %v, want %q", c.yaml, err, c.want)
+		}
+	}
+	for _, v := range []string{"", "full", "sampled"} {
+		c, err := load(t, "disk:\n  blankCheck: \""+v+"\"\n")
+		if err != nil {
+			t.Errorf("blankCheck %q refused: %v", v, err)
+		} else if c.Disk.BlankCheck != v {
+			t.Errorf("blankCheck %q read as %q", v, c.Disk.BlankCheck)
+		}
+	}
+}

@@ -43,6 +43,9 @@ func (c *Config) validateLocal() error {
 	if d := c.Reattest.Interval.Duration; d < time.Second && !c.Reattest.Disabled {
 		return fmt.Errorf("reattest.interval %s is below 1s (to turn re-attestation off, set reattest.disabled: true)", d)
 	}
+	if b := c.Disk.BlankCheck; b != "" && b != "full" && b != "sampled" {
+		return fmt.Errorf("disk.blankCheck %q: want full (the default: read every byte before a first boot formats) or sampled", b)
+	}
 	if c.Disk.WaitTimeout.Duration < 0 {
 		return fmt.Errorf("disk.waitTimeout %s is negative", c.Disk.WaitTimeout.Duration)
 	}

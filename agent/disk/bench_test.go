@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/anatol/luks.go"
 	"golang.org/x/sys/unix"
@@ -175,6 +179,212 @@ func BenchmarkBlankCheck(b *testing.B) {
 				d.Close() // the loop device is detached at cleanup
 				if err != nil || !res.blank() || res.candidates != c.gib<<10 {
 					b.Fatalf("scan: %+v, %v", res, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFullCheck is the default blank check (fullcheck.go: every
+// byte read with O_DIRECT, 4 MiB requests, 2 in flight) next to
+// `dd if=DEV of=/dev/null bs=4M iflag=direct` on the same sparse loop
+// device, in the same run: one untimed dd first (a buffered loop device
+// fills the backing file's page cache on its first read), then pairs
+// whose order alternates (dd first, then the check first), so both see
+// the same load and cache state. Reports each one's rate, their ratio
+// (target ≥ 0.9) and the agent's CPU time per GiB (target ≤ 0.1 s;
+// getrusage of this process only: dd is a child, and a loop device's
+// reads run in a kernel worker). The -dio variants put the loop device in
+// direct-I/O mode (no host page cache under it, like a real disk).
+// LATCHKEY_FULLCHECK_GIB (default "1,10,100"), LATCHKEY_FULLCHECK_ROUNDS
+// (pairs, default 2) and LATCHKEY_FULLCHECK_DIO ("0", "1" or default
+// both) choose the runs.
+func BenchmarkFullCheck(b *testing.B) {
+	requireRoot(b)
+	sizes := []int64{1, 10, 100}
+	if v := os.Getenv("LATCHKEY_FULLCHECK_GIB"); v != "" {
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	rounds := 2
+	if v := os.Getenv("LATCHKEY_FULLCHECK_ROUNDS"); v != "" {
+		rounds, _ = strconv.Atoi(v)
+	}
+	dios := []bool{false, true}
+	switch os.Getenv("LATCHKEY_FULLCHECK_DIO") {
+	case "0":
+		dios = []bool{false}
+	case "1":
+		dios = []bool{true}
+	}
+	if v := os.Getenv("LATCHKEY_FULLCHECK_CHUNK_KIB"); v != "" {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		fullCheckChunk = n << 10
+	}
+	if v := os.Getenv("LATCHKEY_FULLCHECK_DEPTH"); v != "" {
+		fullCheckDepth, _ = strconv.ParseInt(v, 10, 64)
+	}
+	for _, dio := range dios {
+		for _, gib := range sizes {
+			name := fmt.Sprintf("%dGiB", gib)
+			if dio {
+				name += "-dio"
+			}
+			b.Run(name, func(b *testing.B) { benchFullCheck(b, gib, rounds, dio) })
+		}
+	}
+}
+
+// BenchmarkFullCheckThrottled is BenchmarkFullCheck on a 1 GiB sparse
+// loop device whose reads are throttled, for this process and its
+// children, to a cloud disk's provisioned throughput (cgroup v1 blkio
+// read_bps_device; LATCHKEY_FULLCHECK_MBS, default "125,250,1000" MB/s):
+// there the device, not the CPU, sets the pace, as on a real first boot.
+// The cgroup is made for the run and removed after it.
+func BenchmarkFullCheckThrottled(b *testing.B) {
+	requireRoot(b)
+	rates := []int64{125, 250, 1000}
+	if v := os.Getenv("LATCHKEY_FULLCHECK_MBS"); v != "" {
+		rates = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rates = append(rates, n)
+		}
+	}
+	for _, mbs := range rates {
+		b.Run(fmt.Sprintf("%dMBps", mbs), func(b *testing.B) {
+			benchFullCheckOn(b, 1, 2, false, mbs*1000*1000)
+		})
+	}
+}
+
+// throttle puts this process in a new blkio cgroup limiting reads of dev
+// to bps, and returns the undo.
+func throttle(b *testing.B, dev string, bps int64) func() {
+	root := "/sys/fs/cgroup/blkio"
+	if _, err := os.Stat(filepath.Join(root, "blkio.throttle.read_bps_device")); err != nil {
+		b.Skip("no cgroup v1 blkio throttling here")
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		b.Fatal(err)
+	}
+	dir := filepath.Join(root, fmt.Sprintf("latchkey-bench-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	write := func(file, v string) {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(v), 0o644); err != nil {
+			b.Fatalf("%s: %v", file, err)
+		}
+	}
+	write("blkio.throttle.read_bps_device", fmt.Sprintf("%d:%d %d", unix.Major(st.Rdev), unix.Minor(st.Rdev), bps))
+	write("cgroup.procs", fmt.Sprint(os.Getpid()))
+	return func() {
+		if err := os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(fmt.Sprint(os.Getpid())), 0o644); err != nil {
+			b.Errorf("leave the cgroup: %v", err)
+		}
+		if err := os.Remove(dir); err != nil {
+			b.Errorf("remove the cgroup: %v", err)
+		}
+	}
+}
+
+func benchFullCheck(b *testing.B, gib int64, rounds int, dio bool) {
+	benchFullCheckOn(b, gib, rounds, dio, 0)
+}
+
+func benchFullCheckOn(b *testing.B, gib int64, rounds int, dio bool, bps int64) {
+	r := newRig(b, gib<<30)
+	if dio {
+		run(b, nil, "losetup", "--direct-io=on", r.dev)
+	}
+	if bps > 0 {
+		defer throttle(b, r.dev, bps)()
+	}
+	l := r.stage(func(c *LUKSConfig) { c.Logger = slog.New(slog.DiscardHandler) })
+	d, err := openDevice(r.dev, readOnly)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	var ddCPU time.Duration
+	dd := func() time.Duration {
+		cpu0, start := childrenCPU(), time.Now()
+		run(b, nil, "dd", "if="+r.dev, "of=/dev/null", "bs=4M", "iflag=direct", "status=none")
+		ddCPU += childrenCPU() - cpu0
+		return time.Since(start)
+	}
+	check := func() (time.Duration, time.Duration) {
+		cpu0, start := selfCPU(), time.Now()
+		off, err := l.fullCheck(context.Background(), d, 0)
+		wall, cpu := time.Since(start), selfCPU()-cpu0
+		if err != nil || off != -1 {
+			b.Fatalf("full check: %d, %v", off, err)
+		}
+		return wall, cpu
+	}
+	var ddWall, checkWall, checkCPU time.Duration
+	for b.Loop() {
+		dd() // warm-up, untimed
+		ddCPU = 0
+		for i := range rounds {
+			var d1, w, c time.Duration
+			if i%2 == 0 {
+				d1 = dd()
+				w, c = check()
+			} else {
+				w, c = check()
+				d1 = dd()
+			}
+			ddWall, checkWall, checkCPU = ddWall+d1, checkWall+w, checkCPU+c
+			b.Logf("pair %d: dd %.0f MB/s, check %.0f MB/s, check/dd %.2f, check CPU %.3f s/GiB",
+				i, mbs(gib, d1), mbs(gib, w), d1.Seconds()/w.Seconds(), c.Seconds()/float64(gib))
+		}
+	}
+	n := float64(b.N * rounds)
+	b.ReportMetric(n*float64(gib<<30)/checkWall.Seconds()/1e6, "check-MB/s")
+	b.ReportMetric(n*float64(gib<<30)/ddWall.Seconds()/1e6, "dd-MB/s")
+	b.ReportMetric(ddWall.Seconds()/checkWall.Seconds(), "check/dd")
+	b.ReportMetric(checkCPU.Seconds()/n/float64(gib), "cpu-s/GiB")
+	b.ReportMetric(ddCPU.Seconds()/n/float64(gib), "dd-cpu-s/GiB")
+}
+
+func mbs(gib int64, took time.Duration) float64 { return float64(gib<<30) / took.Seconds() / 1e6 }
+
+func childrenCPU() time.Duration {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_CHILDREN, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func selfCPU() time.Duration {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkZeroTest is the full check's zero test alone (no I/O), on a
+// buffer that fits in the CPU cache and on one that does not (as a 4 MiB
+// request's data arriving from the device): bytes per second = the
+// cost per GiB of the check's CPU.
+func BenchmarkZeroTest(b *testing.B) {
+	for _, n := range []int{256 << 10, 64 << 20} {
+		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
+			buf := alignedBuffer(int64(n))
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				if firstNonZeroFast(buf) >= 0 {
+					b.Fatal("non-zero")
 				}
 			}
 		})

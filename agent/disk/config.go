@@ -23,6 +23,12 @@ const (
 	DefaultLockTimeout  = 2 * time.Minute
 )
 
+// The blank-check rules (LUKSConfig.BlankCheck).
+const (
+	BlankCheckFull    = "full"
+	BlankCheckSampled = "sampled"
+)
+
 // DefaultBindMounts are the directories that must survive a reboot for a
 // node to come back as itself: kubeadm's config and PKI, the kubelet's
 // credentials, etcd's data (control-plane nodes) and the container images.
@@ -75,6 +81,17 @@ type LUKSConfig struct {
 	// says. Meant for one boot (latchkey.wipeStateDisk= on the kernel
 	// command line), not a standing setting. Empty (the default): never.
 	WipeStateDisk string
+	// BlankCheck is the rule that admits a device as blank for a first
+	// boot: BlankCheckFull (the default) reads every byte and formats
+	// only a device that is zero throughout; BlankCheckSampled is the
+	// older sampled rule (scan.go), only for images whose state disk is
+	// known to be created with the VM (docs/configuration.md states the
+	// risk).
+	BlankCheck string
+	// Progress, when set, receives a long blank check's progress every
+	// few seconds (the agent sends it to systemd as STATUS= and
+	// EXTEND_TIMEOUT_USEC=).
+	Progress Progress
 	// LockTimeout bounds the wait for the whole-disk lock another agent
 	// or disk tool holds (default DefaultLockTimeout).
 	LockTimeout time.Duration
@@ -118,6 +135,9 @@ func (c *LUKSConfig) fillDefaults() {
 	if c.MapperName == "" {
 		c.MapperName = DefaultMapperName
 	}
+	if c.BlankCheck == "" {
+		c.BlankCheck = BlankCheckFull
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -141,6 +161,9 @@ func (c *LUKSConfig) check() error {
 	}
 	if c.PartLabel != "" && strings.ContainsAny(c.PartLabel, "/\x00") {
 		return fmt.Errorf("luks disk stage: bad partition label %q", c.PartLabel)
+	}
+	if c.BlankCheck != BlankCheckFull && c.BlankCheck != BlankCheckSampled {
+		return fmt.Errorf("luks disk stage: blank check %q, want %s or %s", c.BlankCheck, BlankCheckFull, BlankCheckSampled)
 	}
 	if c.FSType != "ext4" && c.FSType != "xfs" {
 		return fmt.Errorf("luks disk stage: file system %q, want ext4 or xfs", c.FSType)

@@ -11,22 +11,24 @@
 //
 // NewLUKS builds the real stage. Prepare first refuses a device that is
 // missing, read-only (BLKROGET) or too small for the file system, before
-// any ticket is fetched. It then classifies the device: latchkey's own
-// LUKS2 header (a rejoin with its UUID), a blank device (scan.go: the
-// first 16 MiB and last 4 MiB zero, no signature at any 1 MiB-aligned
-// offset, every 1 MiB sample zero, nothing blkid recognises: a fresh
-// random UUID), latchkey's own interrupted header install (its UUID,
-// installed again), or anything else, which is refused with a message
-// naming what was found and at which byte (a file system, a partition
-// table, LVM, md, LUKS1, a LUKS2 header of another shape, unrecognised
-// data) unless WipeStateDisk names this very disk (wipe.go). An altered
-// latchkey header is refused with what changed and the recovery path.
-// Prepare never writes, so a ticket that never arrives leaves the disk as
-// it was.
+// any ticket is fetched, and so is a kernel without device-mapper. It
+// then classifies the device: latchkey's own LUKS2 header (a rejoin with
+// its UUID), a blank device (fullcheck.go: every byte read and zero; or,
+// with BlankCheck "sampled", scan.go's sampled rule: a fresh random
+// UUID), latchkey's own interrupted header install, proved byte for byte
+// (its UUID, installed again), or anything else, which is refused with a
+// message naming what was found and at which byte (a file system, a
+// partition table, LVM, md, LUKS1, a LUKS2 header of another shape,
+// unrecognised data) unless WipeStateDisk names this very disk (wipe.go).
+// An altered header latchkey created is refused with what changed and
+// the recovery path. Prepare never writes, so a ticket that never arrives
+// leaves the disk as it was.
 //
 // One agent per disk. Open holds an exclusive flock on the whole disk
 // (lock.go) and classifies again from the locked descriptor, so a second
 // agent finds the first one's header and stops instead of rewriting it.
+// A first boot's Prepare keeps its shared lock until Open converts it,
+// so the device is read in full once, not twice.
 //
 // Header validation. Before every unlock the header is read from the
 // device and must be exactly the shape latchkey's luksFormat writes: both

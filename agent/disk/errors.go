@@ -22,6 +22,11 @@ var (
 	// ErrUnusable: the device cannot be used at all (read-only, too small
 	// for the file system, no medium); found before any ticket is fetched.
 	ErrUnusable = errors.New("state disk unusable")
+	// ErrHeaderWritten: the LUKS2 header (or part of its install) was
+	// written, then opening the disk failed. Unlike every other refusal,
+	// the disk was changed: the next boot finds latchkey's header (or
+	// its interrupted install) and goes on from there.
+	ErrHeaderWritten = errors.New("the state disk's LUKS2 header was written, then opening it failed")
 	// ErrNoDeviceMapper: the kernel has no device-mapper.
 	ErrNoDeviceMapper = errors.New("kernel has no device-mapper")
 )

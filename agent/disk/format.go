@@ -71,6 +71,9 @@ func (l *LUKS) formatImage(ctx context.Context, uuid string, key []byte, gen uin
 	if err == nil {
 		err = checkImage(img, uuid, key, gen)
 	}
+	if err == nil {
+		err = zeroUnusedKeyslots(img)
+	}
 	if err != nil {
 		img.Close()
 		return nil, fmt.Errorf("format LUKS2 header: %w", err)
@@ -92,6 +95,21 @@ func checkImage(img *os.File, uuid string, key []byte, gen uint32) error {
 	}
 	_, err = unsealDetached(head, key, "", DataOffset+mib)
 	return err
+}
+
+// zeroUnusedKeyslots zeroes the keyslots area after keyslot 0's area
+// (luksFormat fills it with random bytes), so an interrupted install can
+// be told from data by its bytes: every byte it writes there is zero
+// (probe.go, classifyInterrupted).
+func zeroUnusedKeyslots(img *os.File) error {
+	zero := make([]byte, mib)
+	for off := int64(keyslotsOffset + keyslotAreaSize); off < recordOffset; off += mib {
+		n := min(mib, recordOffset-off)
+		if _, err := img.WriteAt(zero[:n], off); err != nil {
+			return fmt.Errorf("zero the unused keyslots area: %w", err)
+		}
+	}
+	return nil
 }
 
 // memFile is an anonymous, sparse, memory-backed file of the given size.

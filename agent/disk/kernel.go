@@ -31,6 +31,36 @@ type Kernel interface {
 	Bind(ctx context.Context, source, target string) error
 }
 
+// MapChecker is a Kernel that can tell, before anything is written,
+// whether it will be able to map the volume at all.
+type MapChecker interface {
+	CanMap(ctx context.Context) error
+}
+
+// canMap refuses, in Prepare and before any connection, a kernel that
+// cannot map the volume: without device-mapper a first boot would write
+// its header and then fail.
+func (l *LUKS) canMap(ctx context.Context) error {
+	c, ok := l.cfg.Kernel.(MapChecker)
+	if !ok {
+		return nil
+	}
+	if err := c.CanMap(ctx); err != nil {
+		return fmt.Errorf("%w: %w; nothing was written", ErrUnusable, err)
+	}
+	return nil
+}
+
+// CanMap asks device-mapper for its version (DM_VERSION on
+// /dev/mapper/control). The crypt target itself loads on demand with the
+// first table (the kernel's module autoload), which needs no modprobe.
+func (SystemKernel) CanMap(context.Context) error {
+	if _, _, _, err := devmapper.GetVersion(); err != nil {
+		return fmt.Errorf("%w (the kernel needs CONFIG_BLK_DEV_DM and CONFIG_DM_CRYPT to open the state disk): %v", ErrNoDeviceMapper, err)
+	}
+	return nil
+}
+
 // SystemKernel is the real Kernel: dm-crypt through luks.go and
 // devmapper.go, mounts through mount(2), idempotence checked against
 // /proc/self/mountinfo.

@@ -106,3 +106,66 @@ func devName(dir string) (string, error) {
 	}
 	return "", fmt.Errorf("no DEVNAME in %s/uevent", dir)
 }
+
+// Read once. A first boot's Prepare reads the whole device to prove it
+// blank, under the shared lock, and keeps that lock until Open. Open
+// turns it into the exclusive lock with one non-blocking flock call: the
+// kernel converts a lock atomically when no one else holds it, so if the
+// call succeeds no other agent or disk tool (all of which take the lock
+// to write) can have written since the proof, and Open re-reads only the
+// first 16 MiB and the last 4 MiB instead of the whole device. If another
+// holder keeps the conversion from succeeding, the kernel has already
+// dropped the shared lock, so Open waits for the exclusive one and proves
+// the device again from its locked descriptor. A writer that takes no
+// lock at all (dd) is not kept out by any lock; it is what the re-read of
+// both ends is for.
+
+// heldProof is a shared lock Prepare kept, and the device it proved
+// under it.
+type heldProof struct {
+	lock       *diskLock
+	rdev       uint64
+	size       int64
+	provedWith string // the blank-check rule
+}
+
+// keep stores lock as held for Open; it reports true (the caller must
+// not unlock it).
+func (l *LUKS) keep(lock *diskLock, d *device) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.held = &heldProof{lock: lock, rdev: d.rdev, size: d.size, provedWith: l.cfg.BlankCheck}
+	return true
+}
+
+// dropHeld lets go of a lock an earlier Prepare kept.
+func (l *LUKS) dropHeld() {
+	if h := l.takeHeld(); h != nil {
+		h.lock.unlock()
+	}
+}
+
+// takeHeld hands the held lock (if any) to the caller.
+func (l *LUKS) takeHeld() *heldProof {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.held
+	l.held = nil
+	return h
+}
+
+// lockForOpen takes the exclusive lock for Open. proven says the lock
+// was converted from Prepare's without a gap, on the device Prepare
+// proved, under the same rule.
+func (l *LUKS) lockForOpen(ctx context.Context, d *device) (*diskLock, bool, error) {
+	if h := l.takeHeld(); h != nil {
+		if h.rdev == d.rdev && h.size == d.size && h.provedWith == l.cfg.BlankCheck {
+			if err := unix.Flock(int(h.lock.f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err == nil {
+				return h.lock, true, nil
+			}
+		}
+		h.lock.unlock()
+	}
+	lock, err := l.lockDisk(ctx, d, unix.LOCK_EX)
+	return lock, false, err
+}

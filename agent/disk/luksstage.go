@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -18,6 +19,12 @@ import (
 // LUKS is the LUKS2 state-disk stage (see the package documentation).
 type LUKS struct {
 	cfg LUKSConfig
+
+	mu sync.Mutex
+	// held is the shared lock a first-boot Prepare keeps until Open, and
+	// the device it proved blank (or latchkey's own interrupted install)
+	// under it, so Open need not read the whole device again (lock.go).
+	held *heldProof
 }
 
 var _ Stage = (*LUKS)(nil)
@@ -40,6 +47,7 @@ func NewLUKS(cfg LUKSConfig) (*LUKS, error) {
 // content, an altered latchkey header. Prepare never writes: if the ticket
 // never comes, the disk is as it was.
 func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
+	l.dropHeld() // an earlier Prepare's
 	path, err := l.waitForDevice(ctx)
 	if err != nil {
 		return Plan{}, err
@@ -52,14 +60,23 @@ func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
 	if err := l.usable(d, false); err != nil {
 		return Plan{}, err
 	}
+	if err := l.canMap(ctx); err != nil {
+		return Plan{}, err
+	}
 	// Shared: an agent that is installing a header holds the lock
-	// exclusively, so Prepare never sees its half-written state.
+	// exclusively, so Prepare never sees its half-written state. A
+	// first boot keeps it until Open (lock.go).
 	lock, err := l.lockDisk(ctx, d, unix.LOCK_SH)
 	if err != nil {
 		return Plan{}, err
 	}
-	defer lock.unlock()
-	p, err := l.classify(ctx, d)
+	keep := false
+	defer func() {
+		if !keep {
+			lock.unlock()
+		}
+	}()
+	p, err := l.classify(ctx, d, false)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -70,7 +87,9 @@ func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
 		if err := l.usable(d, true); err != nil {
 			return Plan{}, err
 		}
-		l.cfg.Logger.Warn("state disk: found an interrupted header install; it will be redone", slog.String(logkey.DiskUUID, p.uuid))
+		l.cfg.Logger.Warn("state disk: found an interrupted header install, checked byte for byte; it will be redone",
+			slog.String(logkey.DiskUUID, p.uuid), slog.String(logkey.BlankCheck, p.rule))
+		keep = l.keep(lock, d)
 		return Plan{UUID: p.uuid}, nil
 	case kindForeign:
 		if err := l.refuseForeign(d, p); err != nil {
@@ -81,6 +100,11 @@ func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
 	}
 	if err := l.usable(d, true); err != nil {
 		return Plan{}, err
+	}
+	if p.kind == kindBlank {
+		l.cfg.Logger.Info("state disk: blank, admitted for a first boot", slog.String(logkey.Device, d.path),
+			slog.String(logkey.BlankCheck, p.rule))
+		keep = l.keep(lock, d)
 	}
 	return Plan{UUID: newUUID()}, nil
 }
@@ -112,32 +136,41 @@ func (l *LUKS) open(ctx context.Context, plan Plan, keys Keys) (Result, error) {
 		return Result{}, err
 	}
 	defer func() { d.Close() }()
-	lock, err := l.lockDisk(ctx, d, unix.LOCK_EX)
+	lock, proven, err := l.lockForOpen(ctx, d)
 	if err != nil {
 		return Result{}, err
 	}
 	defer lock.unlock()
-	p, err := l.classify(ctx, d)
+	p, err := l.classify(ctx, d, proven)
 	if err != nil {
 		return Result{}, err
 	}
 	formatted := false
 	if p.kind != kindOurs || p.uuid != plan.UUID {
-		if err := l.ensureHeader(ctx, plan, keys, d, p); err != nil {
+		wrote, err := l.ensureHeader(ctx, plan, keys, d, p)
+		if wrote && err != nil {
+			return Result{}, fmt.Errorf("%w: %w", ErrHeaderWritten, err)
+		}
+		if err != nil {
 			return Result{}, err
 		}
 		formatted = true
+		l.cfg.Logger.Info("state disk: LUKS2 header installed on a disk admitted as blank", slog.String(logkey.Device, d.path),
+			slog.String(logkey.DiskUUID, plan.UUID), slog.String(logkey.BlankCheck, p.rule))
 		// Read back what is on the device now (through the page cache the
 		// install wrote through), still under the lock.
 		d.Close()
 		if d, err = openDevice(path, readWrite); err != nil {
 			return Result{}, err
 		}
-		if p, err = l.classify(ctx, d); err != nil {
-			return Result{}, err
+		if p, err = l.classify(ctx, d, false); err != nil {
+			return Result{}, fmt.Errorf("%w: %w", ErrHeaderWritten, err)
 		}
 	}
 	res, err := l.openVolume(ctx, d, p, plan.UUID, keys)
+	if formatted && err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrHeaderWritten, err)
+	}
 	res.Formatted = formatted
 	return res, err
 }
@@ -145,8 +178,36 @@ func (l *LUKS) open(ctx context.Context, plan Plan, keys Keys) (Result, error) {
 // ensureHeader writes latchkey's header for plan.UUID, but only on a
 // blank disk, over our own interrupted install, or over foreign data
 // WipeStateDisk names; never over a complete latchkey header. The caller
-// holds the disk's lock and classified d under it.
-func (l *LUKS) ensureHeader(ctx context.Context, plan Plan, keys Keys, d *device, p probe) error {
+// holds the disk's lock and classified d under it. wrote says the device
+// was written to (so an error is not "nothing was formatted").
+func (l *LUKS) ensureHeader(ctx context.Context, plan Plan, keys Keys, d *device, p probe) (wrote bool, err error) {
+	if err := l.checkInstall(plan, keys, d, p); err != nil {
+		return false, err
+	}
+	img, err := l.formatImage(ctx, plan.UUID, keys.Current, keys.Generation)
+	if err != nil {
+		return false, err
+	}
+	defer img.Close()
+	if err := l.fault(StepFormatted); err != nil {
+		return false, err
+	}
+	w, err := openDevice(d.path, exclusive)
+	if err != nil {
+		return false, err
+	}
+	defer w.Close()
+	if w.rdev != d.rdev {
+		return false, fmt.Errorf("%w: %s is now another device (%s, was %s)", ErrStateChanged, d.path, w.devno(), d.devno())
+	}
+	if err := l.install(w, img, p.kind == kindForeign); err != nil {
+		return true, err
+	}
+	return true, l.fault(StepHeaderWritten)
+}
+
+// checkInstall refuses every state ensureHeader must not write over.
+func (l *LUKS) checkInstall(plan Plan, keys Keys, d *device, p probe) error {
 	switch {
 	case p.kind == kindOurs:
 		return fmt.Errorf("%w: the disk now carries latchkey's header for %s (another agent formatted it?), plan says %s; not rewriting it", ErrStateChanged, p.uuid, plan.UUID)
@@ -156,34 +217,20 @@ func (l *LUKS) ensureHeader(ctx context.Context, plan Plan, keys Keys, d *device
 		return fmt.Errorf("%w: the LUKS2 header Prepare found is gone (now: %s)", ErrStateChanged, describeKind(p))
 	case p.kind == kindInterrupted && p.uuid != plan.UUID:
 		return fmt.Errorf("%w: interrupted header is for %s, plan says %s", ErrStateChanged, p.uuid, plan.UUID)
+	case p.kind == kindInterrupted:
+		if err := ownKeyslot(p.head, keys, d.size); err != nil {
+			f := foreign(p.head, "an interrupted latchkey header install whose keyslot 0 area is not latchkey's ("+err.Error()+")")
+			f.uuid = p.uuid
+			if err := l.refuseForeign(d, f); err != nil {
+				return err
+			}
+		}
 	case p.kind == kindForeign:
 		if err := l.refuseForeign(d, p); err != nil {
 			return err
 		}
 	}
-	if err := l.usable(d, true); err != nil {
-		return err
-	}
-	img, err := l.formatImage(ctx, plan.UUID, keys.Current, keys.Generation)
-	if err != nil {
-		return err
-	}
-	defer img.Close()
-	if err := l.fault(StepFormatted); err != nil {
-		return err
-	}
-	w, err := openDevice(d.path, exclusive)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	if w.rdev != d.rdev {
-		return fmt.Errorf("%w: %s is now another device (%s, was %s)", ErrStateChanged, d.path, w.devno(), d.devno())
-	}
-	if err := l.install(w, img, p.kind == kindForeign); err != nil {
-		return err
-	}
-	return l.fault(StepHeaderWritten)
+	return l.usable(d, true)
 }
 
 // openVolume unseals the header validated in p (read from d moments ago,
@@ -194,9 +241,22 @@ func (l *LUKS) openVolume(ctx context.Context, d *device, p probe, uuid string, 
 		return Result{}, fmt.Errorf("%w: expected latchkey's header for %s, found %s", ErrStateChanged, uuid, describeKind(p))
 	}
 	p, err := l.settleGeneration(d, p, keys) // rewrap.go
-	if err != nil {
-		return Result{}, err
+	if err == nil {
+		var res Result
+		res, err = l.openSettled(ctx, d, p, uuid, keys)
+		if err == nil {
+			return res, nil
+		}
 	}
+	if p.rewrapped {
+		return Result{}, fmt.Errorf("%w: %w", ErrHeaderWritten, err)
+	}
+	return Result{}, err
+}
+
+// openSettled maps the volume of a header on the ticket's generation,
+// makes or finds its file system and mounts it.
+func (l *LUKS) openSettled(ctx context.Context, d *device, p probe, uuid string, keys Keys) (Result, error) {
 	mapped, err := l.unsealAndMap(ctx, d, p, keys.Current)
 	if err != nil {
 		return Result{}, err
@@ -291,7 +351,7 @@ func (l *LUKS) openAndClassifyMode(ctx context.Context, mode int) (*device, prob
 	if err != nil {
 		return nil, probe{}, err
 	}
-	p, err := l.classify(ctx, d)
+	p, err := l.classify(ctx, d, false)
 	if err != nil {
 		d.Close()
 		return nil, probe{}, err

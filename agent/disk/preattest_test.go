@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anatol/luks.go"
+
 	"github.com/latchkey/latchkey/agent/app"
 	"github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/disk"
@@ -86,22 +88,46 @@ func sha(t *testing.T, dev string) [32]byte {
 	return s
 }
 
+// mappingKernel stands in for a kernel with device-mapper (it never gets
+// as far as mapping here); the real SystemKernel is what the "no
+// device-mapper" case uses.
+type mappingKernel struct{}
+
+func (mappingKernel) MapCrypt(context.Context, string, *luks.Volume) (string, error) {
+	return "", errors.New("not reached")
+}
+func (mappingKernel) Mount(context.Context, string, string, string) error { return nil }
+func (mappingKernel) Bind(context.Context, string, string) error          { return nil }
+
+// noDeviceMapper skips when this kernel has device-mapper (the QEMU tier
+// covers that path).
+func noDeviceMapper(t *testing.T) {
+	if err := (disk.SystemKernel{}).CanMap(context.Background()); err == nil {
+		t.Skip("this kernel has device-mapper")
+	}
+}
+
 func TestUnusableDiskRefusedBeforeAttestation(t *testing.T) {
 	cases := []struct {
 		name   string
 		device func(t *testing.T) string
 		fstype string
 		want   string
+		kernel disk.Kernel
 	}{
+		// The real kernel of this host has no device-mapper: a first
+		// boot would write its header and then fail to map it.
+		{"no device-mapper (the real kernel)", func(t *testing.T) string { noDeviceMapper(t); return loopDevice(t, 64<<20) }, "",
+			"kernel has no device-mapper (the kernel needs CONFIG_BLK_DEV_DM and CONFIG_DM_CRYPT to open the state disk)", disk.SystemKernel{}},
 		{"read-only (losetup -r)", func(t *testing.T) string { return loopDevice(t, 64<<20, "-r") }, "",
-			"is read-only; the agent must write"},
+			"is read-only; the agent must write", nil},
 		{"too small for xfs", func(t *testing.T) string { return loopDevice(t, 200<<20) }, "xfs",
-			"too small for fsType xfs: it needs at least 331350016 bytes (316 MiB: 16 MiB of LUKS header and 300 MiB of file system); nothing was written"},
+			"too small for fsType xfs: it needs at least 331350016 bytes (316 MiB: 16 MiB of LUKS header and 300 MiB of file system); nothing was written", nil},
 		{"vanished", func(t *testing.T) string { return filepath.Join(t.TempDir(), "by-id-gone") }, "",
-			"not found (waited 300ms; vanished, or never attached?)"},
+			"not found (waited 300ms; vanished, or never attached?)", nil},
 		// The control: a usable blank disk goes on to attest, and the
 		// listener counts that connection.
-		{"control: usable blank disk", func(t *testing.T) string { return loopDevice(t, 64<<20) }, "", ""},
+		{"control: usable blank disk", func(t *testing.T) string { return loopDevice(t, 64<<20) }, "", "", nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -117,7 +143,11 @@ func TestUnusableDiskRefusedBeforeAttestation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			stage, err := disk.NewLUKS(disk.LUKSConfig{Device: dev, FSType: c.fstype, WaitTimeout: 300 * time.Millisecond,
+			kernel := c.kernel
+			if kernel == nil {
+				kernel = mappingKernel{}
+			}
+			stage, err := disk.NewLUKS(disk.LUKSConfig{Device: dev, FSType: c.fstype, WaitTimeout: 300 * time.Millisecond, Kernel: kernel,
 				MountPoint: filepath.Join(t.TempDir(), "state"), BindMounts: []string{}, Logger: log})
 			if err != nil {
 				t.Fatal(err)
@@ -140,6 +170,9 @@ func TestUnusableDiskRefusedBeforeAttestation(t *testing.T) {
 			}
 			if code := app.ExitCode(err); code != exitcode.DiskRefused {
 				t.Fatalf("exit code %d, want %d (disk refused, nothing formatted)", code, exitcode.DiskRefused)
+			}
+			if c.kernel != nil && !errors.Is(err, disk.ErrNoDeviceMapper) {
+				t.Fatalf("boot: %v, want ErrNoDeviceMapper", err)
 			}
 			time.Sleep(50 * time.Millisecond) // an Accept in flight would be counted by now
 			if n := conns.Load(); n != 0 {

@@ -3,7 +3,10 @@ package disk
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -16,9 +19,8 @@ import (
 type kind int
 
 const (
-	// kindBlank: nothing anywhere (scan.go: the first 16 MiB and last
-	// 4 MiB all zeros, no signature at any 1 MiB-aligned offset, every
-	// sample zero, nothing blkid recognises).
+	// kindBlank: nothing anywhere (fullcheck.go: every byte zero; or,
+	// under the sampled rule, scan.go and blkid found nothing).
 	kindBlank kind = iota
 	// kindOurs: a complete LUKS2 header of exactly latchkey's shape.
 	kindOurs
@@ -44,14 +46,22 @@ type probe struct {
 	altered bool
 	// hdr is the validated header (kindOurs).
 	hdr *header
+	// rule is the blank-check rule that admitted a kindBlank or
+	// kindInterrupted device.
+	rule string
+	// rewrapped: settleGeneration wrote (or began to write) a rewrapped
+	// header, so a later failure is not "nothing was written".
+	rewrapped bool
 }
 
 // classify reads the device and decides what it is. The order matters:
 // LUKS magic first (so our own header is recognised with one read on
 // every reboot), then our own interrupted install, then the blank-device
-// check (scan.go), and only a device on which it finds nothing, and on
-// which blkid finds nothing either, is blank.
-func (l *LUKS) classify(ctx context.Context, d *device) (probe, error) {
+// check: every byte read and zero (the default), or the sampled rule
+// (scan.go) and blkid. proven says Prepare read the whole device under a
+// lock held without a gap since (lock.go): then only both ends are read
+// again.
+func (l *LUKS) classify(ctx context.Context, d *device, proven bool) (probe, error) {
 	head, err := d.read(0, blankCheckLength)
 	if err != nil {
 		return probe{}, err
@@ -59,9 +69,49 @@ func (l *LUKS) classify(ctx context.Context, d *device) (probe, error) {
 	if p, done := classifyLUKS(head); done {
 		return p, nil
 	}
-	if p, done, err := l.classifyInterrupted(ctx, d, head); err != nil || done {
+	if p, done, err := l.classifyInterrupted(ctx, d, head, proven); err != nil || done {
 		return p, err
 	}
+	if l.cfg.BlankCheck == BlankCheckSampled {
+		return l.classifySampled(ctx, d, head)
+	}
+	off, err := l.zeroFrom(ctx, d, 0, proven)
+	if err != nil {
+		return probe{}, err
+	}
+	if off >= 0 {
+		what, err := l.nameData(ctx, d, off, 0)
+		if err != nil {
+			return probe{}, err
+		}
+		return foreign(head, what), nil
+	}
+	return probe{kind: kindBlank, head: head, rule: BlankCheckFull}, nil
+}
+
+// zeroFrom returns the first non-zero byte from byte from on, or -1.
+// With proven, both ends are read again (the first 16 MiB and the last
+// 4 MiB, where a writer that takes no lock most likely wrote) and, when
+// they are zero, the rest stands as Prepare proved it.
+func (l *LUKS) zeroFrom(ctx context.Context, d *device, from int64, proven bool) (int64, error) {
+	if proven {
+		head, err := d.read(from, int(DataOffset-min(from, DataOffset)))
+		if err != nil {
+			return 0, err
+		}
+		tail, err := d.read(d.size-tailScanLength, tailScanLength)
+		if err != nil {
+			return 0, err
+		}
+		if firstNonZeroFast(head) < 0 && firstNonZeroFast(tail) < 0 {
+			return -1, nil
+		}
+	}
+	return l.fullCheck(ctx, d, from)
+}
+
+// classifySampled is the blank-device check of disk.blankCheck: sampled.
+func (l *LUKS) classifySampled(ctx context.Context, d *device, head []byte) (probe, error) {
 	res, err := scanDevice(ctx, d, 0)
 	if err != nil {
 		return probe{}, err
@@ -76,7 +126,7 @@ func (l *LUKS) classify(ctx context.Context, d *device) (probe, error) {
 	if found != "" {
 		return foreign(head, found+" at byte 0"), nil
 	}
-	return probe{kind: kindBlank, head: head}, nil
+	return probe{kind: kindBlank, head: head, rule: BlankCheckSampled}, nil
 }
 
 // name describes a non-blank scan result; where the table named nothing,
@@ -112,7 +162,7 @@ func classifyLUKS(head []byte) (probe, bool) {
 			bin := parseBinHeader(head)
 			p := foreign(head, fmt.Sprintf("a LUKS2 header latchkey did not create (label %q) at byte 0", bin.label))
 			p.err, p.uuid = err, bin.uuid
-			if bin.label == HeaderLabel {
+			if madeByLatchkey(head) {
 				p.what, p.altered = "latchkey's LUKS2 header, altered since latchkey wrote it", true
 			}
 			return p, true
@@ -123,14 +173,19 @@ func classifyLUKS(head []byte) (probe, bool) {
 	}
 }
 
-// classifyInterrupted recognises latchkey's cut-short header install: no
-// primary header at all (its 4 KiB are zero), a secondary binary header
-// with latchkey's label and sizes, and an empty state-record gap. The
-// install writes nothing past the header area, so the rest of the device
-// must pass the blank-device check too: an interrupted install over data
-// (a WipeStateDisk boot cut short, or a disk made to look like one) is
-// foreign, and redone only if WipeStateDisk still names the disk.
-func (l *LUKS) classifyInterrupted(ctx context.Context, d *device, head []byte) (probe, bool, error) {
+// classifyInterrupted recognises latchkey's cut-short header install by
+// latchkey's own bytes only, and proves the premise that redoing it
+// loses nothing: no primary binary header (its 4 KiB are zero), a
+// secondary header that is exactly latchkey's (every field and its JSON,
+// as validated for a complete header), a primary JSON area that is empty
+// or the secondary's, keyslot 0's area (latchkey's key material, proved
+// in Open with the ticket's key: ownKeyslot), and zero everywhere else the install
+// writes: the rest of the keyslots area (the install zeroes it) and the
+// state-record gap. The install writes nothing past the header area, so
+// the rest of the device must pass the blank-device check too. Anything
+// else is foreign, named, and redone only if WipeStateDisk names the
+// disk.
+func (l *LUKS) classifyInterrupted(ctx context.Context, d *device, head []byte, proven bool) (probe, bool, error) {
 	sec := head[secondaryOffset : secondaryOffset+binHeaderSize]
 	if !allZero(head[:binHeaderSize]) || !bytes.Equal(sec[:6], secondaryMagic) {
 		return probe{}, false, nil
@@ -147,16 +202,66 @@ func (l *LUKS) classifyInterrupted(ctx context.Context, d *device, head []byte) 
 	if !allZero(gap) {
 		return foreign(head, "a secondary LUKS2 header without a primary header, on a disk that was in use"), true, nil
 	}
-	res, err := scanDevice(ctx, d, DataOffset)
-	if err != nil {
-		return probe{}, false, err
-	}
-	if !res.blank() {
-		p := foreign(head, "an interrupted latchkey header install, over "+res.describe())
+	if why := checkSecondary(head); why != "" {
+		p := foreign(head, "a secondary LUKS2 header with latchkey's label that latchkey did not write ("+why+")")
 		p.uuid = h.uuid
 		return p, true, nil
 	}
-	return probe{kind: kindInterrupted, uuid: h.uuid, head: head}, true, nil
+	area, err := d.read(0, DataOffset)
+	if err != nil {
+		return probe{}, false, err
+	}
+	over := int64(-1)
+	if i := firstNonZeroFast(area[keyslotsOffset+keyslotAreaSize:]); i >= 0 {
+		over = int64(keyslotsOffset + keyslotAreaSize + i)
+	} else if l.cfg.BlankCheck == BlankCheckSampled {
+		res, err := scanDevice(ctx, d, DataOffset)
+		if err != nil {
+			return probe{}, false, err
+		}
+		if !res.blank() {
+			p := foreign(head, "an interrupted latchkey header install, over "+res.describe())
+			p.uuid = h.uuid
+			return p, true, nil
+		}
+	} else if over, err = l.zeroFrom(ctx, d, DataOffset, proven); err != nil {
+		return probe{}, false, err
+	}
+	if over >= 0 {
+		what, err := l.nameData(ctx, d, over, keyslotsOffset+keyslotAreaSize)
+		if err != nil {
+			return probe{}, false, err
+		}
+		p := foreign(head, "an interrupted latchkey header install, over "+what)
+		p.uuid = h.uuid
+		return p, true, nil
+	}
+	return probe{kind: kindInterrupted, uuid: h.uuid, head: head, rule: l.cfg.BlankCheck}, true, nil
+}
+
+// checkSecondary validates the secondary header of an interrupted
+// install as a complete header's copy is validated, and the primary JSON
+// area against it; it returns what is wrong, or "".
+func checkSecondary(head []byte) string {
+	_, sj, err := checkOneHeader(head[secondaryOffset:secondaryOffset+hdrSize], secondaryMagic, secondaryOffset)
+	if err != nil {
+		return "secondary header: " + err.Error()
+	}
+	if err := checkShape(sj); err != nil {
+		return err.Error()
+	}
+	pp, err := slotParamsOf(sj)
+	if err != nil {
+		return err.Error()
+	}
+	if pp.areaOffset != areaA {
+		return fmt.Sprintf("keyslot 0 in area at %d, a fresh install uses %d", pp.areaOffset, areaA)
+	}
+	pjs := head[binHeaderSize:hdrSize]
+	if !allZero(pjs) && !bytes.Equal(pjs, head[secondaryOffset+binHeaderSize:secondaryOffset+hdrSize]) {
+		return "the primary JSON area is neither empty nor the secondary's"
+	}
+	return ""
 }
 
 // blkid asks libblkid's low-level probes (the same detection udev and
@@ -208,4 +313,76 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// madeByLatchkey recognises a LUKS2 header latchkey created by what
+// latchkey wrote, not by the fields cryptsetup config or luksAddKey
+// change: a header whose label, subsystem, tokens or keyslots were
+// edited is still the node's own disk (refused with the recovery path,
+// never the wipe hint). Either copy counts: latchkey's label or
+// subsystem, or the layout only latchkey's luksFormat produces (a
+// keyslots area of exactly 15695872 bytes before a data segment at
+// 16 MiB; cryptsetup's default keyslots area is 16744448 bytes).
+func madeByLatchkey(head []byte) bool {
+	for _, c := range []struct {
+		off   int
+		magic []byte
+	}{{0, primaryMagic}, {secondaryOffset, secondaryMagic}} {
+		area := head[c.off : c.off+hdrSize]
+		if !bytes.Equal(area[:6], c.magic) {
+			continue
+		}
+		sub := cString(area[offSubsystem : offSubsystem+48])
+		if cString(area[offLabel:offLabel+48]) == HeaderLabel || strings.HasPrefix(sub, subsystemPrefix) {
+			return true
+		}
+		var js struct {
+			Config struct {
+				KeyslotsSize string `json:"keyslots_size"`
+			} `json:"config"`
+			Segments map[string]struct {
+				Offset string `json:"offset"`
+			} `json:"segments"`
+		}
+		if json.Unmarshal([]byte(cString(area[binHeaderSize:])), &js) == nil &&
+			js.Config.KeyslotsSize == strconv.Itoa(keyslotsSize) && js.Segments["0"].Offset == strconv.Itoa(DataOffset) {
+			return true
+		}
+	}
+	return false
+}
+
+// ownKeyslot proves the one region of an interrupted install Prepare
+// cannot compare, keyslot 0's area (latchkey's AF-split key material):
+// with the ticket's key, which exists only once attestation succeeded. A
+// copy of the secondary header, made primary (magic, offset and
+// checksum), is unsealed from memory; if a key of the ticket opens it,
+// every byte of that area is what latchkey's luksFormat wrote for this
+// disk.
+func ownKeyslot(head []byte, keys Keys, size int64) error {
+	img := make([]byte, headAndKeyslot)
+	copy(img, head[:headAndKeyslot])
+	copy(img[:hdrSize], head[secondaryOffset:secondaryOffset+hdrSize])
+	copy(img[:len(primaryMagic)], primaryMagic)
+	binary.BigEndian.PutUint64(img[offHdrOffset:], 0)
+	h := sha256.New()
+	h.Write(img[:offCsum])
+	h.Write(make([]byte, 64))
+	h.Write(img[offPadding2:hdrSize])
+	copy(img[offCsum:offCsum+sha256.Size], h.Sum(nil))
+	var last error
+	for _, k := range [][]byte{keys.Current, keys.Previous} {
+		if len(k) == 0 {
+			continue
+		}
+		_, err := unsealDetached(img, k, "", size)
+		if err == nil {
+			return nil
+		}
+		last = err
+	}
+	if last == nil {
+		last = errors.New("no key")
+	}
+	return fmt.Errorf("the ticket's keys do not open it: %w", last)
 }

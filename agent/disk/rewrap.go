@@ -155,6 +155,7 @@ func (l *LUKS) settleGeneration(d *device, p probe, keys Keys) (probe, error) {
 		if err != nil {
 			return p, fmt.Errorf("rewrap state disk %s: %w", p.uuid, err)
 		}
+		p.rewrapped = true
 		if err := l.writeRewrap(d, w); err != nil {
 			return p, err
 		}

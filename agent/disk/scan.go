@@ -84,20 +84,28 @@ func (r scanResult) describe() string {
 	return "nothing"
 }
 
-// at writes a device offset for a message: "byte N (M MiB)".
+// at writes a device offset for a message, exactly: "byte 440",
+// "byte 134217728 (128 MiB)", "byte 134217729 (128 MiB + 1 byte)".
 func at(off int64) string {
-	if off == 0 {
-		return "byte 0"
+	if off < mib {
+		return fmt.Sprintf("byte %d", off)
 	}
 	return fmt.Sprintf("byte %d (%s)", off, human(off))
 }
 
-// human writes an offset in MiB.
-func human(off int64) string {
-	if off%mib == 0 {
-		return fmt.Sprintf("%d MiB", off/mib)
+// human writes a byte count in whole MiB plus the exact remainder, never
+// rounded.
+func human(n int64) string {
+	whole, rest := n/mib, n%mib
+	switch {
+	case rest == 0:
+		return fmt.Sprintf("%d MiB", whole)
+	case rest == 1:
+		return fmt.Sprintf("%d MiB + 1 byte", whole)
+	case rest%1024 == 0:
+		return fmt.Sprintf("%d MiB + %d KiB", whole, rest/1024)
 	}
-	return fmt.Sprintf("%.3f MiB", float64(off)/mib)
+	return fmt.Sprintf("%d MiB + %d bytes", whole, rest)
 }
 
 // scanner holds one run of the check over an opened device.
@@ -356,6 +364,10 @@ type view func(off, n int64) []byte
 type signature struct {
 	what  string
 	match func(v view) bool
+	// leads are where the format's first non-zero byte lies relative
+	// to its start (fullcheck.go names a full check's first non-zero
+	// byte by them).
+	leads []int64
 }
 
 func magicAt(off int64, magic string) func(v view) bool {
@@ -438,22 +450,23 @@ func anyOf(fs ...func(v view) bool) func(v view) bool {
 // signatures is the table, most specific first (a FAT boot sector also
 // carries the MBR's 0x55AA).
 var signatures = []signature{
-	{"a LUKS1 header", luksAt(1)},
-	{"a LUKS2 header", luksAt(2)},
-	{"a LUKS2 secondary header", anyOf(magicAt(0, "SKUL\xba\xbe"), magicAt(16384, "SKUL\xba\xbe"), magicAt(32768, "SKUL\xba\xbe"), magicAt(65536, "SKUL\xba\xbe"))},
-	{"an xfs file system", magicAt(0, "XFSB")},
-	{"an ext2/3/4 file system", ext},
-	{"a btrfs file system", magicAt(65600, "_BHRfS_M")},
-	{"an LVM physical volume", lvmLabel},
-	{"an md RAID superblock (version 1.1)", mdAt(0)},
-	{"an md RAID superblock (version 1.2)", mdAt(4096)},
-	{"a swap area", anyOf(swapAt(4096), swapAt(8192))},
-	{"an ISO 9660 image", magicAt(32769, "CD001")},
-	{"a GPT partition table", anyOf(magicAt(512, "EFI PART"), magicAt(4096, "EFI PART"))},
-	{"a FAT (vfat) file system", fatBootSector},
-	{"an NTFS file system", magicAt(3, "NTFS    ")},
-	{"an exFAT file system", magicAt(3, "EXFAT   ")},
-	{"an MBR partition table or boot sector", magicAt(510, "\x55\xaa")},
+	{"a LUKS1 header", luksAt(1), []int64{0}},
+	{"a LUKS2 header", luksAt(2), []int64{0}},
+	{"a LUKS2 secondary header", anyOf(magicAt(0, "SKUL\xba\xbe"), magicAt(16384, "SKUL\xba\xbe"), magicAt(32768, "SKUL\xba\xbe"), magicAt(65536, "SKUL\xba\xbe")), []int64{0, 16384, 32768, 65536}},
+	{"an xfs file system", magicAt(0, "XFSB"), []int64{0}},
+	{"an ext2/3/4 file system", ext, []int64{1024}},
+	{"a btrfs file system", magicAt(65600, "_BHRfS_M"), []int64{65536}},
+	{"an LVM physical volume", lvmLabel, []int64{512, 0, 1024, 1536}},
+	{"an md RAID superblock (version 1.1)", mdAt(0), []int64{0}},
+	{"an md RAID superblock (version 1.2)", mdAt(4096), []int64{4096}},
+	{"a swap area", anyOf(swapAt(4096), swapAt(8192)), []int64{1024}},
+	{"an ISO 9660 image", magicAt(32769, "CD001"), []int64{32768}},
+	{"a bcache device", magicAt(4096+24, "\xc6\x85\x73\xf6\x4e\x1a\x45\xca\x82\x65\xf5\x7f\x48\xba\x6d\x81"), []int64{4096}},
+	{"a GPT partition table", anyOf(magicAt(512, "EFI PART"), magicAt(4096, "EFI PART")), []int64{440, 446, 512, 4096}},
+	{"a FAT (vfat) file system", fatBootSector, []int64{0}},
+	{"an NTFS file system", magicAt(3, "NTFS    "), []int64{0}},
+	{"an exFAT file system", magicAt(3, "EXFAT   "), []int64{0}},
+	{"an MBR partition table or boot sector", magicAt(510, "\x55\xaa"), []int64{0, 440, 446}},
 }
 
 func matchSignature(v view) string {

@@ -206,9 +206,11 @@ func TestWaitForDeviceSeesLateLink(t *testing.T) {
 	}
 }
 
+// TestBlkidFailureRefuses: the sampled rule asks blkid for a second
+// opinion on a disk it found blank; a blkid that fails refuses.
 func TestBlkidFailureRefuses(t *testing.T) {
 	r := newRig(t, testDiskSize)
-	l := r.stage(nil)
+	l := r.stage(func(c *LUKSConfig) { c.BlankCheck = BlankCheckSampled })
 	l.cfg.Runner = &execx.Fake{Rules: []execx.Rule{{Match: "blkid", ExitCode: 4, Stderr: "blkid: probing failed"}}}
 	if _, err := l.Prepare(context.Background()); err == nil || !strings.Contains(err.Error(), "probing failed") {
 		t.Fatalf("Prepare with a failing blkid = %v, want the failure", err)

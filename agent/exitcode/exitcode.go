@@ -28,7 +28,7 @@ const (
 	// DiskRefused: the state disk is not one the agent may use (it carries
 	// data and no LUKS header, its header is not this node's or was
 	// altered, or it is missing, read-only or too small for the file
-	// system). Nothing was formatted; an operator must look.
+	// system). This run wrote no LUKS2 header; an operator must look.
 	DiskRefused = 5
 	// KubeadmFailed: `kubeadm join` failed. systemd restarts the agent; the
 	// disk stays open and the rejoin path skips what is already done.
@@ -45,6 +45,13 @@ const (
 	// failed (out of object memory, locked out). systemd restarts the
 	// agent, which first flushes what an earlier run left on the TPM.
 	DeviceFailed = 9
+	// DiskOpenFailed: the agent wrote the LUKS2 header to a disk it had
+	// proved blank, then opening the disk failed (the mapping, mkfs or a
+	// mount). Unlike DiskRefused, the disk was changed: it now carries
+	// this node's header (or an interrupted install of it), and the next
+	// boot goes on from there. Not restarted: the cause (a kernel module,
+	// a mkfs error) needs an operator.
+	DiskOpenFailed = 10
 	// ClockBehind: the verifier's certificate, accepted through a pinned
 	// CA, is not yet valid by this machine's clock, so the clock is
 	// behind (no time synchronisation yet, a dead RTC battery). No
@@ -55,7 +62,7 @@ const (
 
 // Codes lists every code the agent uses.
 var Codes = []int{OK, Internal, BadConfig, RefusedByPolicy, VerifierUnreachable, DiskRefused,
-	KubeadmFailed, VerifierNotAuthenticated, Stopped, DeviceFailed, ClockBehind}
+	KubeadmFailed, VerifierNotAuthenticated, Stopped, DeviceFailed, DiskOpenFailed, ClockBehind}
 
 // Last is the highest code the agent uses.
 const Last = ClockBehind
@@ -84,6 +91,8 @@ func Name(code int) string {
 		return "stopped"
 	case DeviceFailed:
 		return "device-failed"
+	case DiskOpenFailed:
+		return "disk-open-failed"
 	case ClockBehind:
 		return "clock-behind"
 	default:

@@ -17,7 +17,7 @@ func TestUnitMatchesCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{strconv.Itoa(BadConfig), strconv.Itoa(RefusedByPolicy), strconv.Itoa(DiskRefused),
-		strconv.Itoa(VerifierNotAuthenticated)}
+		strconv.Itoa(VerifierNotAuthenticated), strconv.Itoa(DiskOpenFailed)}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("RestartPreventExitStatus=%v, want %v", got, want)
 	}

@@ -156,6 +156,17 @@ const (
 	// KubeletCredentials is whether the state disk holds kubelet
 	// credentials from an earlier join.
 	KubeletCredentials = "kubelet_credentials"
+	// BlankCheck is the rule that admitted a state disk as blank for a
+	// first boot ("full" or "sampled").
+	BlankCheck = "blank_check"
+	// BytesRead is how many bytes a long device read has read so far.
+	BytesRead = "bytes_read"
+	// BytesTotal is how many bytes a long device read reads in all.
+	BytesTotal = "bytes_total"
+	// RateMBs is a transfer rate in MB/s (10^6 bytes per second).
+	RateMBs = "rate_mb_s"
+	// Elapsed is how long an operation has run so far.
+	Elapsed = "elapsed"
 )
 
 // Components, stages and commands.

@@ -78,6 +78,13 @@ func (n *Notifier) Status(status string) error {
 	return n.notify("STATUS=" + cleanStatus(status))
 }
 
+// StatusExtend sets the status line and asks systemd to extend the
+// unit's start (or stop) timeout by d from now (EXTEND_TIMEOUT_USEC=), for
+// a long step that reports progress, such as reading a whole disk.
+func (n *Notifier) StatusExtend(status string, d time.Duration) error {
+	return n.notify(fmt.Sprintf("STATUS=%s\nEXTEND_TIMEOUT_USEC=%d", cleanStatus(status), d.Microseconds()))
+}
+
 // Stopping tells systemd a stop is under way (graceful shutdown started),
 // so it does not treat the remaining work as a hang.
 func (n *Notifier) Stopping() error { return n.notify(daemon.SdNotifyStopping) }

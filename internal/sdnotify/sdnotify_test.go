@@ -150,3 +150,14 @@ func TestWatchdogWithholdsPingWhenUnhealthy(t *testing.T) {
 		t.Fatalf("unhealthy process pinged the watchdog: %q", sent)
 	}
 }
+
+func TestStatusExtendAsksForMoreTime(t *testing.T) {
+	var got string
+	n := New(Config{Send: func(state string) (bool, error) { got = state; return true, nil }})
+	if err := n.StatusExtend("checking\nthe disk", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got != "STATUS=checking the disk\nEXTEND_TIMEOUT_USEC=30000000" {
+		t.Fatalf("sent %q", got)
+	}
+}

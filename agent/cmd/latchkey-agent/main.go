@@ -130,6 +130,9 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 		},
 		OnAttemptFailed: state.AttemptFailed,
 		OnTicket:        state.Ticket,
+		OnDiskCheck: func(status string, extend time.Duration) {
+			_ = notify.StatusExtend(status, extend)
+		},
 	})
 	if err != nil {
 		code := exitcode.BadConfig
