@@ -10,7 +10,7 @@
 #   --bin-dir DIR          where the built latchkey-agent / latchkey-verifier
 #                          are (default: <repo>/bin); build them static and
 #                          stripped, as shipped:
-#                            CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' \
+#                            CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags='-s -w' \
 #                              -o bin/ ./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier
 #   --no-binaries          install no binaries (they come another way, e.g.
 #                          a mkosi ExtraTrees= entry)

@@ -149,19 +149,20 @@ AGENT_MODULES=(
   sigs.k8s.io/json sigs.k8s.io/yaml
 )
 
-# agent_links_only_allowed fails when the agent links a module outside
-# AGENT_MODULES, or any k8s.io/ package (client-go, apimachinery,
-# kubeadm, cluster-bootstrap, klog: each of them initialises API schemes,
-# flag sets or regexps at start).
+# agent_links_only_allowed fails when the agent, built as it ships (the
+# grpcnotrace tag: image/README.md), links a module outside AGENT_MODULES,
+# any k8s.io/ package (client-go, apimachinery, kubeadm,
+# cluster-bootstrap, klog: each of them initialises API schemes, flag sets
+# or regexps at start), or gRPC's tracing and the templates it brings.
 agent_links_only_allowed() {
-  local deps extra k8s
-  deps=$(go list -deps -f '{{.ImportPath}} {{with .Module}}{{.Path}}{{end}}' ./agent/cmd/latchkey-agent)
+  local deps extra banned
+  deps=$(go list -tags grpcnotrace -deps -f '{{.ImportPath}} {{with .Module}}{{.Path}}{{end}}' ./agent/cmd/latchkey-agent)
   extra=$(awk -v allowed="${AGENT_MODULES[*]}" 'BEGIN { n = split(allowed, a, " "); for (i = 1; i <= n; i++) ok[a[i]] = 1 }
     NF == 2 && !($2 in ok) { print $2 }' <<<"$deps" | sort -u)
-  k8s=$(awk '$1 ~ /^k8s\.io\// { print $1 }' <<<"$deps")
-  if [[ -n $extra || -n $k8s ]]; then
+  banned=$(awk '$1 ~ /^k8s\.io\// || $1 == "golang.org/x/net/trace" || $1 ~ /^(html|text)\/template$/ { print $1 }' <<<"$deps")
+  if [[ -n $extra || -n $banned ]]; then
     [[ -z $extra ]] || echo "the agent links modules outside AGENT_MODULES (scripts/test.sh): ${extra//$'\n'/ }" >&2
-    [[ -z $k8s ]] || echo "the agent links Kubernetes packages: ${k8s//$'\n'/ }" >&2
+    [[ -z $banned ]] || echo "the agent links packages it must not: ${banned//$'\n'/ }" >&2
     return 1
   fi
 }

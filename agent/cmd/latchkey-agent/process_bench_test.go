@@ -13,7 +13,8 @@ import (
 	"github.com/latchkey/latchkey/internal/sdnotify/sdnotifytest"
 )
 
-// buildAgent builds this agent as it ships (static, stripped) into a
+// buildAgent builds this agent as it ships (static, stripped, without
+// gRPC tracing: image/README.md) into a
 // temporary directory, for the benchmarks that start it as a process.
 func buildAgent(b *testing.B) string {
 	b.Helper()
@@ -22,7 +23,7 @@ func buildAgent(b *testing.B) string {
 		b.Skipf("no go tool to build the agent: %v", err)
 	}
 	bin := filepath.Join(b.TempDir(), "latchkey-agent")
-	cmd := exec.Command(goTool, "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	cmd := exec.Command(goTool, "build", "-trimpath", "-tags", "grpcnotrace", "-ldflags=-s -w", "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)
