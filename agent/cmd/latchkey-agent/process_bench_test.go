@@ -18,15 +18,38 @@ import (
 // temporary directory, for the benchmarks that start it as a process.
 func buildAgent(b *testing.B) string {
 	b.Helper()
+	return goBuild(b, ".", "latchkey-agent")
+}
+
+// buildHello builds a static Go hello world the same way: the floor a Go
+// process that does nothing costs on this machine.
+func buildHello(b *testing.B) string {
+	b.Helper()
+	dir := b.TempDir()
+	for name, text := range map[string]string{
+		"go.mod":  "module hello\n\ngo 1.26\n",
+		"main.go": "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello\") }\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return goBuild(b, dir, "hello")
+}
+
+// goBuild builds the main package in dir as the agent ships.
+func goBuild(b *testing.B, dir, name string) string {
+	b.Helper()
 	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(goTool); err != nil {
-		b.Skipf("no go tool to build the agent: %v", err)
+		b.Skipf("no go tool to build %s: %v", name, err)
 	}
-	bin := filepath.Join(b.TempDir(), "latchkey-agent")
+	bin := filepath.Join(b.TempDir(), name)
 	cmd := exec.Command(goTool, "build", "-trimpath", "-tags", "grpcnotrace", "-ldflags=-s -w", "-o", bin, ".")
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
+		b.Fatalf("go build %s: %v\n%s", name, err, out)
 	}
 	return bin
 }
@@ -111,12 +134,13 @@ func (t *processTotals) report(b *testing.B, prefix string) {
 // unlike BenchmarkStartToReadyOverhead, which calls run() inside the test
 // and so counts neither exec, the runtime's start nor package
 // initialisers. Each iteration also starts `latchkey-agent version`, the
-// process cost of doing nothing. With LATCHKEY_AGENT_COMPARE set to
+// process cost of doing nothing, and a static Go hello world, the floor
+// of any Go process (hello-* metrics). With LATCHKEY_AGENT_COMPARE set to
 // another agent binary (an older build, say), that binary does the same
 // alternately in the same run (metrics prefixed compare-), so the two are
 // compared under the same load.
 func BenchmarkStartToReadyProcess(b *testing.B) {
-	bin := buildAgent(b)
+	bin, hello := buildAgent(b), buildHello(b)
 	compare := os.Getenv("LATCHKEY_AGENT_COMPARE")
 	sim := tpmtest.Start(b)
 	addr, pin := startVerifier(b, sim)
@@ -126,14 +150,19 @@ func BenchmarkStartToReadyProcess(b *testing.B) {
 		"--disk-uuid", "6c0e2f5a-4b1d-4e8f-9a3c-2d7b5e1f0a94", "--no-join", "--no-reattest", "--timeout", "20s",
 		"--log-level", "error", "--status-file", filepath.Join(dir, "last.json")}
 	var this, other processTotals
+	var helloWall, helloCPU time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		h := runProcess(b, hello)
+		helloWall, helloCPU = helloWall+h.wall, helloCPU+h.cpu
 		this.add(b, bin, args)
 		if compare != "" {
 			other.add(b, compare, args)
 		}
 	}
 	this.report(b, "")
+	b.ReportMetric(float64(helloWall.Microseconds())/1000/float64(b.N), "hello-wall-ms/op")
+	b.ReportMetric(float64(helloCPU.Microseconds())/1000/float64(b.N), "hello-cpu-ms/op")
 	if compare != "" {
 		other.report(b, "compare-")
 	}
