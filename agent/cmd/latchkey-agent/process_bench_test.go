@@ -145,7 +145,12 @@ func BenchmarkStartToReadyProcess(b *testing.B) {
 	sim := tpmtest.Start(b)
 	addr, pin := startVerifier(b, sim)
 	dir := b.TempDir()
-	args := []string{"run", "--config", "/dev/null", "--kernel-cmdline", "/dev/null", "--verifier", addr, "--pin", pin,
+	// The status socket in the test's directory, not the system's.
+	conf := filepath.Join(dir, "agent.yaml")
+	if err := os.WriteFile(conf, []byte("statusSocket: "+filepath.Join(dir, "admin.sock")+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	args := []string{"run", "--config", conf, "--kernel-cmdline", "/dev/null", "--verifier", addr, "--pin", pin,
 		"--tpm-device", sim.Device, "--node-name", "n1", "--disk-mode", "key-only",
 		"--disk-uuid", "6c0e2f5a-4b1d-4e8f-9a3c-2d7b5e1f0a94", "--no-join", "--no-reattest", "--timeout", "20s",
 		"--log-level", "error", "--status-file", filepath.Join(dir, "last.json")}
