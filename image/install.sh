@@ -8,7 +8,10 @@
 #
 #   --root DIR             the root file system to install into (required)
 #   --bin-dir DIR          where the built latchkey-agent / latchkey-verifier
-#                          are (default: <repo>/bin)
+#                          are (default: <repo>/bin); build them static and
+#                          stripped, as shipped:
+#                            CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags='-s -w' \
+#                              -o bin/ ./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier
 #   --no-binaries          install no binaries (they come another way, e.g.
 #                          a mkosi ExtraTrees= entry)
 #   --role ROLE            node (default): the agent, before kubelet;
@@ -80,7 +83,7 @@ put() {
 install_binary() {
   ((BINARIES)) || return 0
   local bin=$BIN_DIR/$1
-  [[ -x $bin ]] || die "$bin is missing or not executable (build it, or pass --bin-dir / --no-binaries)"
+  [[ -x $bin ]] || die "$bin is missing or not executable (build it as the header says, or pass --bin-dir / --no-binaries)"
   put "$bin" "$BINDIR/$1" 0755
 }
 

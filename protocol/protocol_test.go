@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"regexp"
 	"testing"
 
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
@@ -37,4 +38,22 @@ func TestValidDiskUUID(t *testing.T) {
 			t.Errorf("ValidDiskUUID(%q) = %v, want %v", s, got, want)
 		}
 	}
+}
+
+// diskUUIDRE is the expression ValidDiskUUID is written by hand from.
+var diskUUIDRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// ValidDiskUUID agrees with the expression on every input: the dash moved
+// by one, a non-hex digit in each group, a capital, a trailing newline.
+func FuzzValidDiskUUID(f *testing.F) {
+	for _, s := range []string{"3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b", "3f2a9c1e5-b7d-4e8f-9a0b-1c2d3e4f5a6b",
+		"3f2a9c1g-5b7d-4e8f-9a0b-1c2d3e4f5a6b", "3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6B", "3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6b\n",
+		"3f2a9c1e-5b7d-4e8f-9a0b:1c2d3e4f5a6b", "3f2a9c1e-5b7d-4e8f-9a0b-1c2d3e4f5a6é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := ValidDiskUUID(s), diskUUIDRE.MatchString(s); got != want {
+			t.Fatalf("ValidDiskUUID(%q) = %v, the expression says %v", s, got, want)
+		}
+	})
 }

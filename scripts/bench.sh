@@ -3,7 +3,10 @@
 # live here, never in timed unit tests.
 #
 #   scripts/bench.sh           all benchmarks
-#   scripts/bench.sh tpm|disk|snp|load|storm
+#   scripts/bench.sh tpm|agent|disk|snp|load|storm
+#
+# agent starts the shipped build as a process; LATCHKEY_AGENT_COMPARE=BIN
+# runs another agent binary alternately in the same run.
 #
 # storm (root: the real control plane in a network namespace) is the
 # whole-join boot storm, scripts/bench-storm.sh.
@@ -20,6 +23,10 @@ if [[ $what == all || $what == tpm ]]; then
     go test -run '^$' -bench 'BenchmarkValidate|BenchmarkQuoteSwtpm' -benchtime 2s ./attest/tpm/
   run "full in-process join (TLS handshake, swtpm quote and activation, validation)" \
     go test -run '^$' -bench 'BenchmarkFullJoinTPM' -benchtime 50x ./verifier/app/
+fi
+if [[ $what == all || $what == agent ]]; then
+  run "agent start-up: in process, and the shipped build as a process (key-only boot, version, hello world)" \
+    go test -run '^$' -bench 'StartToReady' -benchtime 30x ./agent/cmd/latchkey-agent/
 fi
 if [[ $what == all || $what == disk ]]; then
   run "LUKS: unseal and the agent's disk step (root)" \

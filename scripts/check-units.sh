@@ -74,7 +74,7 @@ binaries() {
     cp "$LATCHKEY_BIN_DIR"/latchkey-agent "$LATCHKEY_BIN_DIR"/latchkey-verifier "$bin"/
   elif compgen -G "$REPO/agent/cmd/latchkey-agent/*.go" >/dev/null &&
     compgen -G "$REPO/verifier/cmd/latchkey-verifier/*.go" >/dev/null; then
-    (cd "$REPO" && go build -o "$bin"/ ./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier)
+    (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags='-s -w' -o "$bin"/ ./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier)
   else
     echo "NOTE  the mains do not exist yet: checking with placeholder executables"
     PLACEHOLDERS=1

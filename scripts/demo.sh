@@ -52,7 +52,8 @@ trap cleanup EXIT
 
 say "build"
 bin=$(cache_dir)/bin
-go build -trimpath -o "$bin/" ./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier
+# The shipped build: static, stripped, no gRPC tracing (image/README.md).
+CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags='-s -w' -o "$bin/" ./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier
 step "latchkey-agent and latchkey-verifier in $bin"
 
 say "a software TPM with an EK certificate from a throwaway CA"

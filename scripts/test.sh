@@ -59,6 +59,7 @@ static_checks() {
   scripts/gen-proto.sh --check
   no_build_outputs
   shipped_test_only
+  agent_links_only_allowed
   # The layer map: internal/ imports nothing of the product, attest/ neither
   # agent/ nor verifier/, agent/ and verifier/ not each other.
   go test -count=1 ./scripts/layercheck
@@ -131,6 +132,45 @@ shipped_test_only() {
   if [[ -n $bad || -n $importers ]]; then
     [[ -z $bad ]] || echo "shipped binaries link test-only packages: ${bad//$'\n'/ }" >&2
     [[ -z $importers ]] || echo "k8s.io/client-go/testing is imported by: ${importers//$'\n'/ }" >&2
+    return 1
+  fi
+}
+
+# AGENT_MODULES are the modules the agent may link. Every package linked
+# runs its initialisers at each boot, before the first TPM command, so a
+# new module here is a start-up cost to be argued for: the Kubernetes
+# join renders kubeadm's files with the agent's own wire structs
+# (agent/join/wire.go) precisely to keep client-go, apimachinery and
+# kubeadm's API types out. sigs.k8s.io/yaml (and its sigs.k8s.io/json)
+# is a thin YAML-over-encoding/json layer, not a Kubernetes API package.
+AGENT_MODULES=(
+  github.com/latchkey/latchkey
+  github.com/anatol/devmapper.go github.com/anatol/luks.go
+  github.com/coreos/go-systemd/v22
+  github.com/dgryski/go-camellia github.com/jzelinskie/whirlpool
+  github.com/google/go-configfs-tsm github.com/google/go-eventlog
+  github.com/google/go-sev-guest github.com/google/logger
+  github.com/google/go-tpm github.com/google/uuid
+  go.uber.org/multierr go.yaml.in/yaml/v2 go.yaml.in/yaml/v3
+  golang.org/x/crypto golang.org/x/net golang.org/x/sys golang.org/x/text
+  google.golang.org/genproto/googleapis/rpc google.golang.org/grpc google.golang.org/protobuf
+  sigs.k8s.io/json sigs.k8s.io/yaml
+)
+
+# agent_links_only_allowed fails when the agent, built as it ships (the
+# grpcnotrace tag: image/README.md), links a module outside AGENT_MODULES,
+# any k8s.io/ package (client-go, apimachinery, kubeadm,
+# cluster-bootstrap, klog: each of them initialises API schemes, flag sets
+# or regexps at start), or gRPC's tracing and the templates it brings.
+agent_links_only_allowed() {
+  local deps extra banned
+  deps=$(go list -tags grpcnotrace -deps -f '{{.ImportPath}} {{with .Module}}{{.Path}}{{end}}' ./agent/cmd/latchkey-agent)
+  extra=$(awk -v allowed="${AGENT_MODULES[*]}" 'BEGIN { n = split(allowed, a, " "); for (i = 1; i <= n; i++) ok[a[i]] = 1 }
+    NF == 2 && !($2 in ok) { print $2 }' <<<"$deps" | sort -u)
+  banned=$(awk '$1 ~ /^k8s\.io\// || $1 == "golang.org/x/net/trace" || $1 ~ /^(html|text)\/template$/ { print $1 }' <<<"$deps")
+  if [[ -n $extra || -n $banned ]]; then
+    [[ -z $extra ]] || echo "the agent links modules outside AGENT_MODULES (scripts/test.sh): ${extra//$'\n'/ }" >&2
+    [[ -z $banned ]] || echo "the agent links packages it must not: ${banned//$'\n'/ }" >&2
     return 1
   fi
 }

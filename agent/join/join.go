@@ -1,5 +1,5 @@
 // Package join is the agent's last boot stage: it turns a ticket into a
-// kubeadm JoinConfiguration (kubeadm's own v1beta4 API types), writes it
+// kubeadm JoinConfiguration (kubeadm's v1beta4 wire format), writes it
 // to a 0600 file under /run, runs `kubeadm join --config` and removes the
 // file again. A failed join is undone with `kubeadm reset -f` so the next
 // attempt, with a fresh ticket, starts from a clean node.

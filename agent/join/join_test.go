@@ -107,22 +107,56 @@ func TestRenderRedacted(t *testing.T) {
 
 func TestRenderRefusesBadTickets(t *testing.T) {
 	j := newJoiner(t, &execx.Fake{}, nil)
-	cases := map[string]func(*Ticket){
-		"no token":      func(tk *Ticket) { tk.Token = "" },
-		"bad token":     func(tk *Ticket) { tk.Token = "ABCDEF.0123456789abcdef" },
-		"no pins":       func(tk *Ticket) { tk.CACertHashes = nil },
-		"bad pin":       func(tk *Ticket) { tk.CACertHashes = []string{"sha256:zz"} },
-		"no endpoint":   func(tk *Ticket) { tk.Endpoints = nil },
-		"bad endpoint":  func(tk *Ticket) { tk.Endpoints = []string{"no-port"} },
-		"bad node":      func(tk *Ticket) { tk.NodeName = "Node_1" },
-		"cp, no key":    func(tk *Ticket) { tk.ControlPlane = true },
-		"cp, short key": func(tk *Ticket) { tk.ControlPlane, tk.CertificateKey = true, "abcd" },
+	subdomain := "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+	cases := []struct {
+		name string
+		mod  func(*Ticket)
+		want string
+	}{
+		{"no token", func(tk *Ticket) { tk.Token = "" }, "join: ticket carries no valid bootstrap token"},
+		{"capital in token", func(tk *Ticket) { tk.Token = "ABCDEF.0123456789abcdef" }, "join: ticket carries no valid bootstrap token"},
+		{"token secret one short", func(tk *Ticket) { tk.Token = "abcdef.0123456789abcde" }, "join: ticket carries no valid bootstrap token"},
+		{"token with a newline", func(tk *Ticket) { tk.Token = "abcdef.0123456789abcdef\n" }, "join: ticket carries no valid bootstrap token"},
+		{"no pins", func(tk *Ticket) { tk.CACertHashes = nil }, "join: ticket carries no CA cert hash; refusing unpinned discovery"},
+		{"short pin", func(tk *Ticket) { tk.CACertHashes = []string{"sha256:zz"} }, `join: CA cert hash "sha256:zz" is not sha256:<64 hex>`},
+		{"second pin upper-case", func(tk *Ticket) { tk.CACertHashes = []string{pinA, strings.ToUpper(pinB)} },
+			`join: CA cert hash "` + strings.ToUpper(pinB) + `" is not sha256:<64 hex>`},
+		{"no endpoint", func(tk *Ticket) { tk.Endpoints = nil }, "join: ticket names no API server endpoint"},
+		{"endpoint without port", func(tk *Ticket) { tk.Endpoints = []string{"no-port"} },
+			`join: API server endpoint "no-port": address no-port: missing port in address`},
+		{"underscore in node", func(tk *Ticket) { tk.NodeName = "Node_1" }, `join: node name "Node_1": ` + subdomain},
+		{"node ends in a dot", func(tk *Ticket) { tk.NodeName = "node-1." }, `join: node name "node-1.": ` + subdomain},
+		{"node name too long", func(tk *Ticket) { tk.NodeName = strings.Repeat("a", 254) },
+			`join: node name "` + strings.Repeat("a", 254) + `": must be no more than 253 characters`},
+		{"cp, no key", func(tk *Ticket) { tk.ControlPlane = true }, "join: control-plane ticket carries no valid certificate key"},
+		{"cp, short key", func(tk *Ticket) { tk.ControlPlane, tk.CertificateKey = true, "abcd" }, "join: control-plane ticket carries no valid certificate key"},
+		{"cp, upper-case key", func(tk *Ticket) { tk.ControlPlane, tk.CertificateKey = true, strings.ToUpper(key) },
+			"join: control-plane ticket carries no valid certificate key"},
 	}
-	for name, mod := range cases {
+	for _, c := range cases {
+		tk := workerTicket()
+		c.mod(&tk)
+		if _, err := j.Render(tk); err == nil || err.Error() != c.want {
+			t.Errorf("%s: err = %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
+// The edges the checks must let through: a 253-character name of short
+// labels, digits-only token parts, a worker ticket whose certificate key
+// is not checked (a worker never uses one).
+func TestRenderAcceptsEdgeTickets(t *testing.T) {
+	j := newJoiner(t, &execx.Fake{}, nil)
+	for name, mod := range map[string]func(*Ticket){
+		"253-character node name":     func(tk *Ticket) { tk.NodeName = "a" + strings.Repeat(".a", 126) },
+		"digits-only token":           func(tk *Ticket) { tk.Token = "012345.0123456789012345" },
+		"worker with a junk cert key": func(tk *Ticket) { tk.CertificateKey = "junk" },
+		"IPv6 endpoint":               func(tk *Ticket) { tk.Endpoints = []string{"[2001:db8::1]:6443"} },
+	} {
 		tk := workerTicket()
 		mod(&tk)
-		if _, err := j.Render(tk); err == nil {
-			t.Errorf("%s: rendered", name)
+		if _, err := j.Render(tk); err != nil {
+			t.Errorf("%s: %v", name, err)
 		}
 	}
 }

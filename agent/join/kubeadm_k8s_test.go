@@ -28,31 +28,39 @@ func kubeadmBinary(t *testing.T) string {
 	return p
 }
 
-// The real kubeadm accepts the rendered configurations as they are.
+// The real kubeadm accepts the rendered configurations as they are: every
+// ticket and configuration the byte-for-byte oracles cover
+// (oracle_test.go), with the discovery kubeconfig of file discovery
+// written where the configuration names it.
 func TestK8sKubeadmValidatesRenderedConfig(t *testing.T) {
 	kubeadm := kubeadmBinary(t)
-	j := newJoiner(t, &execx.Fake{}, func(c *Config) {
-		c.DiscoveryTimeout, c.TLSBootstrapTimeout = 30*time.Second, 2*time.Minute
-		c.CRISocket = "unix:///run/containerd/containerd.sock"
-		c.AdvertiseAddress, c.BindPort = "192.0.2.20", 6443
-		c.IgnorePreflightErrors = []string{"Swap"}
-	})
-	cp := workerTicket()
-	cp.ControlPlane, cp.CertificateKey = true, key
-	for name, tk := range map[string]Ticket{"worker": workerTicket(), "control-plane": cp} {
-		out, err := j.Render(tk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), "join.yaml")
-		if err := os.WriteFile(path, out, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		res, err := exec.CommandContext(ctx, kubeadm, "config", "validate", "--config", path).CombinedOutput()
-		cancel()
-		if err != nil || !strings.Contains(string(res), "ok") {
-			t.Fatalf("%s: kubeadm config validate: %v\n%s\n%s", name, err, res, out)
-		}
+	for _, c := range oracleCases() {
+		t.Run(c.name, func(t *testing.T) {
+			j := newJoiner(t, &execx.Fake{}, c.cfg)
+			tk := c.tk(t)
+			out, err := j.Render(tk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tk.CABundle) > 0 {
+				kc, err := discoveryKubeconfig(tk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(j.discoveryPath(filepath.Join(j.cfg.Dir, "kubeadm-join.yaml")), kc, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			path := filepath.Join(t.TempDir(), "join.yaml")
+			if err := os.WriteFile(path, out, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			res, err := exec.CommandContext(ctx, kubeadm, "config", "validate", "--config", path).CombinedOutput()
+			cancel()
+			if err != nil || !strings.Contains(string(res), "ok") {
+				t.Fatalf("kubeadm config validate: %v\n%s\n%s", err, res, out)
+			}
+		})
 	}
 }

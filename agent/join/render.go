@@ -4,36 +4,21 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	certutil "k8s.io/client-go/util/cert"
-	kubeadm "k8s.io/kubernetes/cmd/kubeadm/app/apis/kubeadm/v1beta4"
-	"k8s.io/kubernetes/cmd/kubeadm/app/util/pubkeypin"
 	"sigs.k8s.io/yaml"
 )
 
 // Redacted replaces secrets in a rendered configuration meant for eyes.
 const Redacted = "<redacted>"
 
-var (
-	tokenRE   = regexp.MustCompile(`^([a-z0-9]{6})\.([a-z0-9]{16})$`)
-	pinRE     = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-	certKeyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
-)
-
 // check refuses a ticket kubeadm could not use, before anything runs.
 func (t Ticket) check() error {
-	if errs := validation.IsDNS1123Subdomain(t.NodeName); len(errs) > 0 {
-		return fmt.Errorf("join: node name %q: %s", t.NodeName, strings.Join(errs, "; "))
+	if msg := nodeNameError(t.NodeName); msg != "" {
+		return fmt.Errorf("join: node name %q: %s", t.NodeName, msg)
 	}
-	if !tokenRE.MatchString(t.Token) {
+	if !isToken(t.Token) {
 		return fmt.Errorf("join: ticket carries no valid bootstrap token")
 	}
 	if len(t.Endpoints) == 0 {
@@ -46,11 +31,11 @@ func (t Ticket) check() error {
 		return fmt.Errorf("join: ticket carries no CA cert hash; refusing unpinned discovery")
 	}
 	for _, h := range t.CACertHashes {
-		if !pinRE.MatchString(h) {
+		if !isPin(h) {
 			return fmt.Errorf("join: CA cert hash %q is not sha256:<64 hex>", h)
 		}
 	}
-	if t.ControlPlane && !certKeyRE.MatchString(t.CertificateKey) {
+	if t.ControlPlane && !isCertificateKey(t.CertificateKey) {
 		return fmt.Errorf("join: control-plane ticket carries no valid certificate key")
 	}
 	if len(t.CABundle) > 0 {
@@ -70,12 +55,12 @@ func checkBundle(bundle []byte, pins []string) error {
 	if len(bundle) > maxCABundle {
 		return fmt.Errorf("join: ticket CA bundle is %d bytes, more than %d", len(bundle), maxCABundle)
 	}
-	certs, err := certutil.ParseCertsPEM(bundle)
+	certs, err := parseCertsPEM(bundle)
 	if err != nil {
 		return fmt.Errorf("join: ticket CA bundle: %w", err)
 	}
 	for _, c := range certs {
-		if p := pubkeypin.Hash(c); !slices.Contains(pins, p) {
+		if p := pin(c); !slices.Contains(pins, p) {
 			return fmt.Errorf("join: ticket CA bundle holds %q (%s), which no CA cert hash pins", c.Subject.CommonName, p)
 		}
 	}
@@ -86,14 +71,16 @@ func checkBundle(bundle []byte, pins []string) error {
 // and the pinned CA bundle, no credentials (the token is the
 // JoinConfiguration's tlsBootstrapToken).
 func discoveryKubeconfig(t Ticket) ([]byte, error) {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["latchkey"] = &clientcmdapi.Cluster{Server: "https://" + t.Endpoints[0], CertificateAuthorityData: t.CABundle}
-	// An empty user: kubeadm wants a context with one, and takes the
-	// credential from tlsBootstrapToken.
-	cfg.AuthInfos["latchkey"] = &clientcmdapi.AuthInfo{}
-	cfg.Contexts["latchkey"] = &clientcmdapi.Context{Cluster: "latchkey", AuthInfo: "latchkey"}
-	cfg.CurrentContext = "latchkey"
-	out, err := clientcmd.Write(*cfg)
+	const name = "latchkey"
+	kc := kubeconfig{
+		APIVersion:     "v1",
+		Kind:           "Config",
+		Clusters:       []namedCluster{{Name: name, Cluster: cluster{Server: "https://" + t.Endpoints[0], CertificateAuthorityData: t.CABundle}}},
+		AuthInfos:      []namedAuthInfo{{Name: name}},
+		Contexts:       []namedContext{{Name: name, Context: kubeContext{Cluster: name, AuthInfo: name}}},
+		CurrentContext: name,
+	}
+	out, err := yaml.Marshal(kc)
 	if err != nil {
 		return nil, fmt.Errorf("join: render discovery kubeconfig: %w", err)
 	}
@@ -103,20 +90,21 @@ func discoveryKubeconfig(t Ticket) ([]byte, error) {
 // discovery is file discovery when the ticket carries the CA bundle (no
 // cluster-info signature needed: the bundle came over the attested,
 // pinned session), and kubeadm's token discovery otherwise.
-func discovery(t Ticket, discoveryFile string) kubeadm.Discovery {
+func discovery(t Ticket, discoveryFile string) joinDiscovery {
 	if len(t.CABundle) > 0 {
-		return kubeadm.Discovery{File: &kubeadm.FileDiscovery{KubeConfigPath: discoveryFile}, TLSBootstrapToken: t.Token}
+		return joinDiscovery{File: &fileDiscovery{KubeConfigPath: discoveryFile}, TLSBootstrapToken: t.Token}
 	}
-	return kubeadm.Discovery{BootstrapToken: &kubeadm.BootstrapTokenDiscovery{
+	return joinDiscovery{BootstrapToken: &bootstrapTokenDiscovery{
 		Token: t.Token, APIServerEndpoint: t.Endpoints[0], CACertHashes: t.CACertHashes}}
 }
 
 // config builds the kubeadm JoinConfiguration for t; discoveryFile is
 // where the discovery kubeconfig of file discovery is written.
-func (j *Joiner) config(t Ticket, discoveryFile string) *kubeadm.JoinConfiguration {
-	c := &kubeadm.JoinConfiguration{
-		TypeMeta: metav1.TypeMeta{APIVersion: kubeadm.SchemeGroupVersion.String(), Kind: "JoinConfiguration"},
-		NodeRegistration: kubeadm.NodeRegistrationOptions{
+func (j *Joiner) config(t Ticket, discoveryFile string) *joinConfiguration {
+	c := &joinConfiguration{
+		APIVersion: kubeadmAPIVersion,
+		Kind:       "JoinConfiguration",
+		NodeRegistration: nodeRegistration{
 			Name:                  t.NodeName,
 			CRISocket:             j.cfg.CRISocket,
 			IgnorePreflightErrors: j.cfg.IgnorePreflightErrors,
@@ -124,25 +112,26 @@ func (j *Joiner) config(t Ticket, discoveryFile string) *kubeadm.JoinConfigurati
 		Discovery: discovery(t, discoveryFile),
 	}
 	if t.ControlPlane {
-		c.ControlPlane = &kubeadm.JoinControlPlane{
-			LocalAPIEndpoint: kubeadm.APIEndpoint{AdvertiseAddress: j.cfg.AdvertiseAddress, BindPort: j.cfg.BindPort},
+		c.ControlPlane = &joinControlPlane{
+			LocalAPIEndpoint: apiEndpoint{AdvertiseAddress: j.cfg.AdvertiseAddress, BindPort: j.cfg.BindPort},
 			CertificateKey:   t.CertificateKey,
 		}
 	}
 	if j.cfg.DiscoveryTimeout > 0 || j.cfg.TLSBootstrapTimeout > 0 {
-		c.Timeouts = &kubeadm.Timeouts{
-			Discovery:    duration(j.cfg.DiscoveryTimeout),
-			TLSBootstrap: duration(j.cfg.TLSBootstrapTimeout),
+		c.Timeouts = &joinTimeouts{
+			Discovery:    optDuration(j.cfg.DiscoveryTimeout),
+			TLSBootstrap: optDuration(j.cfg.TLSBootstrapTimeout),
 		}
 	}
 	return c
 }
 
-func duration(d time.Duration) *metav1.Duration {
+func optDuration(d time.Duration) *duration {
 	if d <= 0 {
 		return nil
 	}
-	return &metav1.Duration{Duration: d}
+	v := duration(d)
+	return &v
 }
 
 // Render returns the JoinConfiguration YAML for t, secrets included: it

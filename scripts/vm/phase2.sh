@@ -74,7 +74,7 @@ phase2_missing() {
 build_latchkey() {
   P2_BIN=$VM_CACHE/bin
   mkdir -p "$P2_BIN"
-  (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -o "$P2_BIN/" \
+  (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -tags grpcnotrace -ldflags='-s -w' -o "$P2_BIN/" \
     ./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier) || die "go build of latchkey failed"
 }
 

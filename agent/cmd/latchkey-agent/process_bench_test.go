@@ -1,0 +1,174 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/internal/sdnotify/sdnotifytest"
+)
+
+// buildAgent builds this agent as it ships (static, stripped, without
+// gRPC tracing: image/README.md) into a
+// temporary directory, for the benchmarks that start it as a process.
+func buildAgent(b *testing.B) string {
+	b.Helper()
+	return goBuild(b, ".", "latchkey-agent")
+}
+
+// buildHello builds a static Go hello world the same way: the floor a Go
+// process that does nothing costs on this machine.
+func buildHello(b *testing.B) string {
+	b.Helper()
+	dir := b.TempDir()
+	for name, text := range map[string]string{
+		"go.mod":  "module hello\n\ngo 1.26\n",
+		"main.go": "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello\") }\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return goBuild(b, dir, "hello")
+}
+
+// goBuild builds the main package in dir as the agent ships.
+func goBuild(b *testing.B, dir, name string) string {
+	b.Helper()
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goTool); err != nil {
+		b.Skipf("no go tool to build %s: %v", name, err)
+	}
+	bin := filepath.Join(b.TempDir(), name)
+	cmd := exec.Command(goTool, "build", "-trimpath", "-tags", "grpcnotrace", "-ldflags=-s -w", "-o", bin, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("go build %s: %v\n%s", name, err, out)
+	}
+	return bin
+}
+
+// processRun is one agent process: its wall time from exec to exit, its
+// CPU time (user + system) and when each notification arrived after exec.
+type processRun struct {
+	wall, cpu time.Duration
+	notes     []notification
+	start     time.Time
+}
+
+// since is the time from exec to the first notification with prefix.
+func (r processRun) since(b *testing.B, prefix string) time.Duration {
+	for _, n := range r.notes {
+		if strings.HasPrefix(n.msg, prefix) {
+			return n.at.Sub(r.start)
+		}
+	}
+	b.Fatalf("no %q notification in %v", prefix, r.notes)
+	return 0
+}
+
+// runProcess starts bin with args and NOTIFY_SOCKET set, waits for it and
+// collects what it notified.
+func runProcess(b *testing.B, bin string, args ...string) processRun {
+	b.Helper()
+	conn, path := sdnotifytest.Listen(b)
+	defer conn.Close()
+	ch := make(chan notification, 64)
+	go collect(conn, ch)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+path)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	err := cmd.Run()
+	wall := time.Since(start)
+	if err != nil {
+		b.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, stderr.String())
+	}
+	// The process has exited: everything it sent is queued before the marker.
+	sendMarker(b, path)
+	r := processRun{wall: wall, cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), start: start}
+	for n := range ch {
+		if n.msg == endMarker {
+			break
+		}
+		r.notes = append(r.notes, n)
+	}
+	return r
+}
+
+// processTotals sums one binary's runs.
+type processTotals struct {
+	attest, ready, wall, cpu, verWall, verCPU time.Duration
+}
+
+// add runs one key-only boot and one `version` of bin.
+func (t *processTotals) add(b *testing.B, bin string, args []string) {
+	r := runProcess(b, bin, args...)
+	t.attest += r.since(b, "STATUS=attesting to")
+	t.ready += r.since(b, "READY=1")
+	t.wall, t.cpu = t.wall+r.wall, t.cpu+r.cpu
+	v := runProcess(b, bin, "version")
+	t.verWall, t.verCPU = t.verWall+v.wall, t.verCPU+v.cpu
+}
+
+// report reports t's means, each metric name prefixed.
+func (t *processTotals) report(b *testing.B, prefix string) {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
+	b.ReportMetric(ms(t.attest), prefix+"exec-to-attest-ms/op")
+	b.ReportMetric(ms(t.ready), prefix+"exec-to-ready-ms/op")
+	b.ReportMetric(ms(t.wall), prefix+"boot-wall-ms/op")
+	b.ReportMetric(ms(t.cpu), prefix+"boot-cpu-ms/op")
+	b.ReportMetric(ms(t.verWall), prefix+"version-wall-ms/op")
+	b.ReportMetric(ms(t.verCPU), prefix+"version-cpu-ms/op")
+}
+
+// BenchmarkStartToReadyProcess starts the shipped build of the agent as a
+// process for a key-only boot against the in-process verifier and swtpm,
+// unlike BenchmarkStartToReadyOverhead, which calls run() inside the test
+// and so counts neither exec, the runtime's start nor package
+// initialisers. Each iteration also starts `latchkey-agent version`, the
+// process cost of doing nothing, and a static Go hello world, the floor
+// of any Go process (hello-* metrics). With LATCHKEY_AGENT_COMPARE set to
+// another agent binary (an older build, say), that binary does the same
+// alternately in the same run (metrics prefixed compare-), so the two are
+// compared under the same load.
+func BenchmarkStartToReadyProcess(b *testing.B) {
+	bin, hello := buildAgent(b), buildHello(b)
+	compare := os.Getenv("LATCHKEY_AGENT_COMPARE")
+	sim := tpmtest.Start(b)
+	addr, pin := startVerifier(b, sim)
+	dir := b.TempDir()
+	// The status socket in the test's directory, not the system's.
+	conf := filepath.Join(dir, "agent.yaml")
+	if err := os.WriteFile(conf, []byte("statusSocket: "+filepath.Join(dir, "admin.sock")+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	args := []string{"run", "--config", conf, "--kernel-cmdline", "/dev/null", "--verifier", addr, "--pin", pin,
+		"--tpm-device", sim.Device, "--node-name", "n1", "--disk-mode", "key-only",
+		"--disk-uuid", "6c0e2f5a-4b1d-4e8f-9a3c-2d7b5e1f0a94", "--no-join", "--no-reattest", "--timeout", "20s",
+		"--log-level", "error", "--status-file", filepath.Join(dir, "last.json")}
+	var this, other processTotals
+	var helloWall, helloCPU time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h := runProcess(b, hello)
+		helloWall, helloCPU = helloWall+h.wall, helloCPU+h.cpu
+		this.add(b, bin, args)
+		if compare != "" {
+			other.add(b, compare, args)
+		}
+	}
+	this.report(b, "")
+	b.ReportMetric(float64(helloWall.Microseconds())/1000/float64(b.N), "hello-wall-ms/op")
+	b.ReportMetric(float64(helloCPU.Microseconds())/1000/float64(b.N), "hello-cpu-ms/op")
+	if compare != "" {
+		other.report(b, "compare-")
+	}
+}
