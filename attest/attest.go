@@ -148,7 +148,7 @@ func StateMismatch(want latchkeyv1.Variant, got State) error {
 	if got == nil {
 		return Refuse(latchkeyv1.Reason_INTERNAL, "%s policy step given no verified state", want)
 	}
-	return Refuse(latchkeyv1.Reason_INTERNAL, "%s policy step cannot judge a %T state", want, got)
+	return Refuse(latchkeyv1.Reason_INTERNAL, "%s policy step cannot judge a %T state its Verify did not return", want, got)
 }
 
 // ErrDevice marks a failure of the evidence device itself (a TPM out of

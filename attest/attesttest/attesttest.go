@@ -92,7 +92,16 @@ func (v *Validator) Variant() latchkeyv1.Variant {
 
 // Verify accepts evidence that is the marker followed by binding.
 func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, rt attest.RoundTrip) (*attest.Verified, error) {
-	v.Log.add(v, StepVerify)
+	ver, err := v.verify(ctx, evidence, binding, rt)
+	var st attest.State
+	if ver != nil {
+		st = ver.State
+	}
+	v.Log.add(v, StepVerify, st)
+	return ver, err
+}
+
+func (v *Validator) verify(ctx context.Context, evidence, binding []byte, rt attest.RoundTrip) (*attest.Verified, error) {
 	body, ok := bytes.CutPrefix(evidence, marker)
 	if !ok {
 		return nil, attest.Refuse(latchkeyv1.Reason_MALFORMED, "not fake evidence")
@@ -116,7 +125,7 @@ func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, rt att
 // CheckPolicy judges a *State of the validator's variant: PolicyRefusal,
 // or accepted.
 func (v *Validator) CheckPolicy(s attest.State) error {
-	v.Log.add(v, StepCheckPolicy)
+	v.Log.add(v, StepCheckPolicy, s)
 	st, ok := s.(*State)
 	if !ok || st == nil || st.V != v.Variant() {
 		return attest.StateMismatch(v.Variant(), s)
@@ -143,10 +152,12 @@ const (
 	StepCheckPolicy = "check-policy"
 )
 
-// Step is one call of a Validator: which validator and which step.
+// Step is one call of a Validator: which validator, which step, and the
+// state it returned (Verify; nil on a refusal) or was given (CheckPolicy).
 type Step struct {
 	Validator *Validator
 	Step      string
+	State     attest.State
 }
 
 // Log records the steps validators run, in order, for tests that check
@@ -156,13 +167,13 @@ type Log struct {
 	steps []Step
 }
 
-func (l *Log) add(v *Validator, step string) {
+func (l *Log) add(v *Validator, step string, st attest.State) {
 	if l == nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.steps = append(l.steps, Step{Validator: v, Step: step})
+	l.steps = append(l.steps, Step{Validator: v, Step: step, State: st})
 }
 
 // Steps returns a copy of the steps recorded so far.
