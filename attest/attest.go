@@ -27,9 +27,11 @@
 // Validate is the two in order, the whole check of a join. The verifier
 // calls the steps only through this interface and never names a variant,
 // so a new variant, or a change to one variant's policy step, needs no
-// edit outside its package. A State is opaque outside its variant: only
-// the CheckPolicy of the variant that made it interprets it, and a state
-// of another variant, or none, is refused as INTERNAL (StateMismatch).
+// edit outside its package. A State is opaque outside its variant but for
+// its Variant and the verified keys it names (Keys, which a deny list
+// matches): only the CheckPolicy of the variant that made it interprets
+// it, and a state of another variant, or none, is refused as INTERNAL
+// (StateMismatch).
 // Test doubles (attest/attesttest) implement the same two methods and go
 // through the same path.
 package attest
@@ -127,7 +129,8 @@ type Verified struct {
 	// refused wherever a binding is needed.
 	MachineID string
 	// State is the variant's parsed, verified machine state (*tpm.State,
-	// *snp.State): what the variant's policy step reads.
+	// *snp.State): what the variant's policy step (CheckPolicy) reads.
+	// Outside its variant only its Variant and Keys are read.
 	State State
 }
 
@@ -138,7 +141,35 @@ type Verified struct {
 type State interface {
 	// Variant names the variant whose verifier produced the state.
 	Variant() latchkeyv1.Variant
+	// Keys lists the verified keys the state identifies its machine by,
+	// in the order a deny list checks them; none when it has none. It is
+	// the one part of a state read outside its variant, so a deny list
+	// needs no variant's type.
+	Keys() []Key
 }
+
+// Key is a verified key a machine is known by.
+type Key struct {
+	Kind KeyKind
+	// Value is the key as the policy file and MachineID spell it: the
+	// "sha256:<hex>" SPKI hash of a TPM key, the lower-case hex CHIP_ID of
+	// an SNP chip.
+	Value string
+}
+
+// KeyKind names a kind of verified key; each is the prefix of the
+// MachineID it makes ("tpm-ek:sha256:<hex>").
+type KeyKind string
+
+// The key kinds.
+const (
+	// KeyTPMEK is the endorsement key the AK was activated under.
+	KeyTPMEK KeyKind = "tpm-ek"
+	// KeyTPMAK is the attestation key that signed the quote.
+	KeyTPMAK KeyKind = "tpm-ak"
+	// KeySNPChip is the chip that signed the report (CHIP_ID, 64 bytes).
+	KeySNPChip KeyKind = "snp-chip"
+)
 
 // StateMismatch is the refusal (INTERNAL) of a CheckPolicy given a state
 // its variant did not make: a state of another variant (the detail names

@@ -146,6 +146,9 @@ type State struct {
 // Variant returns V.
 func (s *State) Variant() latchkeyv1.Variant { return s.V }
 
+// Keys returns nil: the fake names its machine by MachineID only.
+func (s *State) Keys() []attest.Key { return nil }
+
 // The steps a Log records.
 const (
 	StepVerify      = "verify"

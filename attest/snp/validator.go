@@ -346,6 +346,15 @@ var _ attest.State = (*State)(nil)
 // Variant is VARIANT_SNP; it makes *State an attest.State.
 func (*State) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_SNP }
 
+// Keys is the chip, by its CHIP_ID in lower-case hex (all zeros when the
+// host masks it); none when the state holds no 64-byte CHIP_ID.
+func (s *State) Keys() []attest.Key {
+	if len(s.ChipID) != abi.ChipIDSize {
+		return nil
+	}
+	return []attest.Key{{Kind: attest.KeySNPChip, Value: hex.EncodeToString(s.ChipID)}}
+}
+
 // identity names a chip for humans: "chip:" and the first 8 bytes of
 // CHIP_ID in hex, or "chip:masked" when the host masks it.
 func identity(chipID []byte) string {

@@ -62,6 +62,18 @@ var _ attest.State = (*State)(nil)
 // Variant is VARIANT_TPM; it makes *State an attest.State.
 func (*State) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_TPM }
 
+// Keys are the EK (when it was verified) then the AK, by SPKI hash.
+func (s *State) Keys() []attest.Key {
+	var keys []attest.Key
+	if s.EKPublicKeyHash != "" {
+		keys = append(keys, attest.Key{Kind: attest.KeyTPMEK, Value: s.EKPublicKeyHash})
+	}
+	if s.AKPublicKeyHash != "" {
+		keys = append(keys, attest.Key{Kind: attest.KeyTPMAK, Value: s.AKPublicKeyHash})
+	}
+	return keys
+}
+
 // Validator checks TPM evidence against one compiled Policy. It is safe for
 // concurrent use and holds no lock: each Verify and CheckPolicy works on
 // its own data.
