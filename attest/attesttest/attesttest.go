@@ -67,8 +67,8 @@ func (a *attestation) Respond(_ context.Context, ch []byte) ([]byte, error) {
 // Verify checks the marker, the binding and (with Challenge) the echo, and
 // returns a *State; its CheckPolicy refuses a state it did not make as
 // INTERNAL and otherwise refuses with PolicyRefusal when set. Its switches
-// change its behaviour; it copies by value (tests derive a candidate
-// policy's validator from the enforced one).
+// change its behaviour. It holds no lock (Log is shared by pointer), so a
+// test may copy it to derive another policy's validator.
 type Validator struct {
 	V latchkeyv1.Variant
 	// Challenge makes Verify run one echo round trip.

@@ -22,10 +22,10 @@ import (
 //     IDENTITY_MISMATCH.
 //   - Only an authenticated result is recorded. The evidence is first
 //     verified (the validator's Verify step: trusted key, signature,
-//     session binding, log replay); a failure there
-//     is refused and not recorded, because the node name in the Hello is
-//     then unauthenticated and recording it would let anyone taint any
-//     node. The binding check follows, then the join's other checks
+//     session binding, log replay); a failure there is refused and not
+//     recorded, because the node name in the Hello is then
+//     unauthenticated and recording it would let anyone taint any node.
+//     The binding check follows, then the join's other checks
 //     (reattestDecision: deny list, generation, policy); the decision
 //     (attested, or refused with the reason) is written to the node's
 //     Lease (binding.AttestationRecorder) before the answer is sent.
