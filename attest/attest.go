@@ -6,6 +6,34 @@
 // implements both halves of the same evidence format, so the code that
 // produces evidence and the code that checks it are read side by side.
 // The attested-TLS binding both halves sign over is in attest/atls.
+//
+// # The validator contract: verification, then policy
+//
+// A Validator judges evidence in two steps, kept apart in its interface as
+// go-tpm-tools keeps VerifyAttestation (which returns a machine state)
+// apart from its policy evaluation:
+//
+//   - Verify establishes what the evidence proves: its encoding,
+//     signatures, certificate chains to the policy's trust anchors, the
+//     session binding, any challenge round trip, and the replay of event
+//     logs. It returns a Verified whose State is the variant's typed
+//     machine state; it compares nothing with reference values.
+//   - CheckPolicy judges such a state against the reference values of the
+//     policy the validator was built from (PCRs, boot components, SNP
+//     measurement, guest policy, TCB). It does no cryptography and no I/O,
+//     so any validator of the same variant can judge a state another one
+//     verified: the verifier's shadow policy does exactly that.
+//
+// Validate is the two in order, the whole check of a join. The verifier
+// calls the steps only through this interface and never names a variant,
+// so a new variant, or a change to one variant's policy step, needs no
+// edit outside its package. A State is opaque outside its variant but for
+// its Variant and the verified keys it names (Keys, which a deny list
+// matches): only the CheckPolicy of the variant that made it interprets
+// it, and a state of another variant, or none, is refused as INTERNAL
+// (StateMismatch).
+// Test doubles (attest/attesttest) implement the same two methods and go
+// through the same path.
 package attest
 
 import (
@@ -52,15 +80,36 @@ type Attestation interface {
 // The verifier service provides it over the join stream.
 type RoundTrip func(ctx context.Context, challenge []byte) ([]byte, error)
 
-// Validator checks evidence on the verifier. A Validator is built from one
-// policy snapshot and is safe for concurrent use; a policy reload builds a
-// new one.
+// Validator checks evidence on the verifier in the two steps the package
+// doc describes. A Validator is built from one policy snapshot and is safe
+// for concurrent use; a policy reload builds a new one.
 type Validator interface {
 	Variant() latchkeyv1.Variant
-	// Validate verifies evidence bound to binding against the policy the
-	// validator was built from, using rt for any challenge round trip. It
-	// returns only verified data; every failure is a *Refusal.
-	Validate(ctx context.Context, evidence, binding []byte, rt RoundTrip) (*Verified, error)
+	// Verify verifies evidence bound to binding (signatures, chains to the
+	// policy's trust anchors, the binding, challenges through rt, log
+	// replay) and returns the verified state, with Verified.State set to
+	// the variant's state. It applies no reference value. It returns only
+	// verified data; every refusal is a *Refusal.
+	Verify(ctx context.Context, evidence, binding []byte, rt RoundTrip) (*Verified, error)
+	// CheckPolicy judges a state returned by Verify (of any validator of
+	// the same variant) against this validator's reference values. nil is
+	// accepted; every refusal is a *Refusal. A state of another variant,
+	// or nil, is refused as INTERNAL (StateMismatch).
+	CheckPolicy(st State) error
+}
+
+// Validate is v.Verify followed by v.CheckPolicy on the state it
+// returned: every check of both, in their order, the first failure ending
+// validation with its reason. It is the whole check of a join.
+func Validate(ctx context.Context, v Validator, evidence, binding []byte, rt RoundTrip) (*Verified, error) {
+	ver, err := v.Verify(ctx, evidence, binding, rt)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.CheckPolicy(ver.State); err != nil {
+		return nil, err
+	}
+	return ver, nil
 }
 
 // Verified is what a validator vouches for after every check passed.
@@ -80,7 +129,8 @@ type Verified struct {
 	// refused wherever a binding is needed.
 	MachineID string
 	// State is the variant's parsed, verified machine state (*tpm.State,
-	// *snp.State): what the variant's policy step reads.
+	// *snp.State): what the variant's policy step (CheckPolicy) reads.
+	// Outside its variant only its Variant and Keys are read.
 	State State
 }
 
@@ -91,6 +141,45 @@ type Verified struct {
 type State interface {
 	// Variant names the variant whose verifier produced the state.
 	Variant() latchkeyv1.Variant
+	// Keys lists the verified keys the state identifies its machine by,
+	// in the order a deny list checks them; none when it has none. It is
+	// the one part of a state read outside its variant, so a deny list
+	// needs no variant's type.
+	Keys() []Key
+}
+
+// Key is a verified key a machine is known by.
+type Key struct {
+	Kind KeyKind
+	// Value is the key as the policy file and MachineID spell it: the
+	// "sha256:<hex>" SPKI hash of a TPM key, the lower-case hex CHIP_ID of
+	// an SNP chip.
+	Value string
+}
+
+// KeyKind names a kind of verified key; each is the prefix of the
+// MachineID it makes ("tpm-ek:sha256:<hex>").
+type KeyKind string
+
+// The key kinds.
+const (
+	// KeyTPMEK is the endorsement key the AK was activated under.
+	KeyTPMEK KeyKind = "tpm-ek"
+	// KeyTPMAK is the attestation key that signed the quote.
+	KeyTPMAK KeyKind = "tpm-ak"
+	// KeySNPChip is the chip that signed the report (CHIP_ID, 64 bytes).
+	KeySNPChip KeyKind = "snp-chip"
+)
+
+// StateMismatch is the refusal (INTERNAL) of a CheckPolicy given a state
+// its variant did not make: a state of another variant (the detail names
+// its Go type), a nil one, or none. It is a programming error of the
+// caller, never a property of the evidence.
+func StateMismatch(want latchkeyv1.Variant, got State) error {
+	if got == nil {
+		return Refuse(latchkeyv1.Reason_INTERNAL, "%s policy step given no verified state", want)
+	}
+	return Refuse(latchkeyv1.Reason_INTERNAL, "%s policy step cannot judge a %T state its Verify did not return", want, got)
 }
 
 // ErrDevice marks a failure of the evidence device itself (a TPM out of

@@ -10,6 +10,8 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/latchkey/latchkey/attest"
@@ -60,23 +62,46 @@ func (a *attestation) Respond(_ context.Context, ch []byte) ([]byte, error) {
 	return out, nil
 }
 
-// Validator is the verifier half.
+// Validator is the verifier half. It implements attest.Validator's two
+// steps like the real variants, so a verifier test runs the same path: its
+// Verify checks the marker, the binding and (with Challenge) the echo, and
+// returns a *State; its CheckPolicy refuses a state it did not make as
+// INTERNAL and otherwise refuses with PolicyRefusal when set. Its switches
+// change its behaviour. It holds no lock (Log is shared by pointer), so a
+// test may copy it to derive another policy's validator.
 type Validator struct {
 	V latchkeyv1.Variant
-	// Challenge makes Validate run one echo round trip.
+	// Challenge makes Verify run one echo round trip.
 	Challenge bool
-	// MachineID is the Verified.MachineID Validate returns (default
+	// MachineID is the Verified.MachineID Verify returns (default
 	// "fake:machine").
 	MachineID string
+	// PolicyRefusal, when not REASON_UNSPECIFIED, makes CheckPolicy refuse
+	// every state with this reason (the policy step's refusal).
+	PolicyRefusal latchkeyv1.Reason
+	// Log, when set, records each step this validator runs.
+	Log *Log
 }
+
+var _ attest.Validator = (*Validator)(nil)
 
 // Variant returns V (default VARIANT_TPM).
 func (v *Validator) Variant() latchkeyv1.Variant {
 	return (&Issuer{V: v.V}).Variant()
 }
 
-// Validate accepts evidence that is the marker followed by binding.
-func (v *Validator) Validate(ctx context.Context, evidence, binding []byte, rt attest.RoundTrip) (*attest.Verified, error) {
+// Verify accepts evidence that is the marker followed by binding.
+func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, rt attest.RoundTrip) (*attest.Verified, error) {
+	ver, err := v.verify(ctx, evidence, binding, rt)
+	var st attest.State
+	if ver != nil {
+		st = ver.State
+	}
+	v.Log.add(v, StepVerify, st)
+	return ver, err
+}
+
+func (v *Validator) verify(ctx context.Context, evidence, binding []byte, rt attest.RoundTrip) (*attest.Verified, error) {
 	body, ok := bytes.CutPrefix(evidence, marker)
 	if !ok {
 		return nil, attest.Refuse(latchkeyv1.Reason_MALFORMED, "not fake evidence")
@@ -93,7 +118,72 @@ func (v *Validator) Validate(ctx context.Context, evidence, binding []byte, rt a
 	if id == "" {
 		id = "fake:machine"
 	}
-	return &attest.Verified{Variant: v.Variant(), EvidenceDigest: attest.EvidenceDigest(evidence), Identity: "fake", MachineID: id}, nil
+	return &attest.Verified{Variant: v.Variant(), EvidenceDigest: attest.EvidenceDigest(evidence), Identity: "fake", MachineID: id,
+		State: &State{V: v.Variant(), Binding: bytes.Clone(binding)}}, nil
+}
+
+// CheckPolicy judges a *State of the validator's variant: PolicyRefusal,
+// or accepted.
+func (v *Validator) CheckPolicy(s attest.State) error {
+	v.Log.add(v, StepCheckPolicy, s)
+	st, ok := s.(*State)
+	if !ok || st == nil || st.V != v.Variant() {
+		return attest.StateMismatch(v.Variant(), s)
+	}
+	if v.PolicyRefusal != latchkeyv1.Reason_REASON_UNSPECIFIED {
+		return attest.Refuse(v.PolicyRefusal, "fake policy refuses")
+	}
+	return nil
+}
+
+// State is the fake's verified state: the variant and the binding the
+// evidence carried.
+type State struct {
+	V       latchkeyv1.Variant
+	Binding []byte
+}
+
+// Variant returns V.
+func (s *State) Variant() latchkeyv1.Variant { return s.V }
+
+// Keys returns nil: the fake names its machine by MachineID only.
+func (s *State) Keys() []attest.Key { return nil }
+
+// The steps a Log records.
+const (
+	StepVerify      = "verify"
+	StepCheckPolicy = "check-policy"
+)
+
+// Step is one call of a Validator: which validator, which step, and the
+// state it returned (Verify; nil on a refusal) or was given (CheckPolicy).
+type Step struct {
+	Validator *Validator
+	Step      string
+	State     attest.State
+}
+
+// Log records the steps validators run, in order, for tests that check
+// which path the verifier took. It is safe for concurrent use.
+type Log struct {
+	mu    sync.Mutex
+	steps []Step
+}
+
+func (l *Log) add(v *Validator, step string, st attest.State) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.steps = append(l.steps, Step{Validator: v, Step: step, State: st})
+}
+
+// Steps returns a copy of the steps recorded so far.
+func (l *Log) Steps() []Step {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.steps)
 }
 
 func echo(ctx context.Context, rt attest.RoundTrip) error {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-sev-guest/abi"
 	"golang.org/x/sys/unix"
 
+	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/snp"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
 )
@@ -35,7 +36,7 @@ func benchSetup(b *testing.B) (*snp.Validator, []signedJoin) {
 		joins[i] = signedJoin{evidence: s.Evidence(binding), binding: binding}
 	}
 	// Warm the chain cache: the first join of a chip verifies its chain.
-	if _, err := v.Validate(context.Background(), joins[0].evidence, joins[0].binding, nil); err != nil {
+	if _, err := attest.Validate(context.Background(), v, joins[0].evidence, joins[0].binding, nil); err != nil {
 		b.Fatal(err)
 	}
 	return v, joins
@@ -72,7 +73,7 @@ func BenchmarkValidate(b *testing.B) {
 		m := startCPU(b)
 		for i := 0; b.Loop(); i++ {
 			j := joins[i%len(joins)]
-			if _, err := v.Validate(ctx, j.evidence, j.binding, nil); err != nil {
+			if _, err := attest.Validate(ctx, v, j.evidence, j.binding, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -84,7 +85,7 @@ func BenchmarkValidate(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for i := 0; pb.Next(); i++ {
 				j := joins[i%len(joins)]
-				if _, err := v.Validate(ctx, j.evidence, j.binding, nil); err != nil {
+				if _, err := attest.Validate(ctx, v, j.evidence, j.binding, nil); err != nil {
 					b.Error(err)
 					return
 				}
@@ -111,7 +112,7 @@ func BenchmarkValidateVsP384(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		j := joins[i%len(joins)]
 		t0 := threadCPU(b)
-		if _, err := v.Validate(ctx, j.evidence, j.binding, nil); err != nil {
+		if _, err := attest.Validate(ctx, v, j.evidence, j.binding, nil); err != nil {
 			b.Fatal(err)
 		}
 		t1 := threadCPU(b)
@@ -171,7 +172,7 @@ func BenchmarkValidateFirstSight(b *testing.B) {
 	m := startCPU(b)
 	for b.Loop() {
 		v := newValidator(b, p, nil)
-		if _, err := v.Validate(ctx, evidence, binding, nil); err != nil {
+		if _, err := attest.Validate(ctx, v, evidence, binding, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

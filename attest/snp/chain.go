@@ -71,7 +71,7 @@ func (c *chainCache) store(key [sha256.Size]byte, e *endorsement) {
 	}
 }
 
-// checkEndorsement runs checks 3 (chain) and 4 (signature) of Validate.
+// checkEndorsement runs checks 3 (chain) and 4 (signature) of Verify.
 // A certificate seen before costs one signature verification; a new one
 // is verified by go-sev-guest's verify.SnpAttestation (KDS certificate
 // profile, chain to the trusted roots, validity now, report signature)
@@ -95,7 +95,7 @@ func (v *Validator) checkEndorsement(ctx context.Context, ev *Evidence, der []by
 
 // verifyNew verifies a certificate not in the cache. verify.SnpAttestation
 // checks chain and signature together; to report the first failing check
-// in Validate's order, a bad signature is only reported as such when the
+// in Verify's order, a bad signature is only reported as such when the
 // certificate does chain to a trusted root.
 func (v *Validator) verifyNew(ctx context.Context, ev *Evidence, der []byte, now time.Time) (*endorsement, error) {
 	e, err := v.parseEndorsement(ev, der)

@@ -59,13 +59,13 @@ func TestFetchCollateralFillsDirForTheValidator(t *testing.T) {
 
 	v := newValidator(t, s.Policy(), newCollateral(t, snp.CollateralConfig{Dir: dir}))
 	binding := newBinding(t)
-	if _, err := v.Validate(ctx, s.EvidenceWithoutTable(binding), binding, nil); err != nil {
+	if _, err := attest.Validate(ctx, v, s.EvidenceWithoutTable(binding), binding, nil); err != nil {
 		t.Fatalf("Validate without certificate table: %v", err)
 	}
 	// A version 2 report does not name its product line; every product
 	// directory is searched and the VCEK names the product.
 	v2 := func(r *spb.Report) { r.Version, r.Cpuid1EaxFms = 2, 0 }
-	got, err := v.Validate(ctx, s.EvidenceWithoutTable(binding, v2), binding, nil)
+	got, err := attest.Validate(ctx, v, s.EvidenceWithoutTable(binding, v2), binding, nil)
 	if err != nil {
 		t.Fatalf("Validate version 2 report: %v", err)
 	}
@@ -78,7 +78,7 @@ func TestCollateralMissingNamesChipAndTCB(t *testing.T) {
 	s := snptest.New(t)
 	v := newValidator(t, s.Policy(), newCollateral(t, snp.CollateralConfig{Dir: t.TempDir()}))
 	binding := newBinding(t)
-	_, err := v.Validate(context.Background(), s.EvidenceWithoutTable(binding), binding, nil)
+	_, err := attest.Validate(context.Background(), v, s.EvidenceWithoutTable(binding), binding, nil)
 	if attest.ReasonOf(err) != latchkeyv1.Reason_COLLATERAL_MISSING {
 		t.Fatalf("Validate = %v, want COLLATERAL_MISSING", err)
 	}
@@ -96,7 +96,7 @@ func TestCollateralMissingForVLEKAndMaskedChip(t *testing.T) {
 	masked := snptest.NewWithOptions(t, snptest.Options{ChipID: make([]byte, 64)})
 	for name, s := range map[string]*snptest.Signer{"vlek": vlek, "masked chip": masked} {
 		v := newValidator(t, s.Policy(), coll)
-		_, err := v.Validate(context.Background(), s.EvidenceWithoutTable(binding), binding, nil)
+		_, err := attest.Validate(context.Background(), v, s.EvidenceWithoutTable(binding), binding, nil)
 		if attest.ReasonOf(err) != latchkeyv1.Reason_COLLATERAL_MISSING {
 			t.Errorf("%s: Validate = %v, want COLLATERAL_MISSING", name, err)
 		}

@@ -40,7 +40,7 @@ var (
 
 // Evidence is decoded but not yet verified SNP evidence. DecodeEvidence
 // guarantees its shape only; nothing in it is trustworthy before
-// (*Validator).Validate has checked it.
+// (*Validator).Verify has checked it.
 type Evidence struct {
 	// Raw is the 1184-byte attestation report as the chip signed it.
 	Raw []byte

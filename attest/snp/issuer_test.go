@@ -36,7 +36,7 @@ func TestIssuerEvidenceValidates(t *testing.T) {
 		t.Error("evidence lacks the host's certificate table")
 	}
 	v := newValidator(t, s.Policy(), nil)
-	if _, err := v.Validate(context.Background(), a.Evidence(), binding, nil); err != nil {
+	if _, err := attest.Validate(context.Background(), v, a.Evidence(), binding, nil); err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
 	if _, err := a.Respond(context.Background(), []byte("challenge")); err == nil {
@@ -63,7 +63,7 @@ func TestIssuerWithGoSevGuestTestProvider(t *testing.T) {
 		t.Fatalf("Attest: %v", err)
 	}
 	v := newValidator(t, s.Policy(), nil)
-	if _, err := v.Validate(context.Background(), a.Evidence(), binding, nil); err != nil {
+	if _, err := attest.Validate(context.Background(), v, a.Evidence(), binding, nil); err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
 	// The provider has no report for another binding.
@@ -85,11 +85,11 @@ func TestIssuerVMPL(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := s.Policy()
-	if _, err := newValidator(t, p, nil).Validate(context.Background(), a.Evidence(), binding, nil); attest.ReasonOf(err) != latchkeyv1.Reason_VMPL_MISMATCH {
+	if _, err := attest.Validate(context.Background(), newValidator(t, p, nil), a.Evidence(), binding, nil); attest.ReasonOf(err) != latchkeyv1.Reason_VMPL_MISMATCH {
 		t.Errorf("VMPL 1 report against vmpls [0] = %v, want VMPL_MISMATCH", err)
 	}
 	p.VMPLs = []uint32{0, 1}
-	if _, err := newValidator(t, p, nil).Validate(context.Background(), a.Evidence(), binding, nil); err != nil {
+	if _, err := attest.Validate(context.Background(), newValidator(t, p, nil), a.Evidence(), binding, nil); err != nil {
 		t.Errorf("VMPL 1 report against vmpls [0, 1]: %v", err)
 	}
 	bad := uint(4)
@@ -141,7 +141,7 @@ func TestMeasurePolicyAcceptsTheGuest(t *testing.T) {
 	}
 	back.TrustedRoots = s.TrustedRoots()
 	binding := newBinding(t)
-	if _, err := newValidator(t, back, nil).Validate(context.Background(), s.Evidence(binding), binding, nil); err != nil {
+	if _, err := attest.Validate(context.Background(), newValidator(t, back, nil), s.Evidence(binding), binding, nil); err != nil {
 		t.Fatalf("measured policy refuses its own guest: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"testing"
 
+	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
 )
 
@@ -26,7 +27,7 @@ func TestMachineID(t *testing.T) {
 		p := s.Policy()
 		p.BindHostData = tc.bind
 		b := newBinding(t)
-		got, err := newValidator(t, p, nil).Validate(context.Background(), s.Evidence(b), b, nil)
+		got, err := attest.Validate(context.Background(), newValidator(t, p, nil), s.Evidence(b), b, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,7 +37,7 @@ func TestMachineID(t *testing.T) {
 	}
 	masked := snptest.NewWithOptions(t, snptest.Options{ChipID: make([]byte, 64)})
 	b := newBinding(t)
-	got, err := newValidator(t, masked.Policy(), nil).Validate(context.Background(), masked.Evidence(b), b, nil)
+	got, err := attest.Validate(context.Background(), newValidator(t, masked.Policy(), nil), masked.Evidence(b), b, nil)
 	if err != nil || got.MachineID != "" {
 		t.Fatalf("masked chip: MachineID %q (%v), want none", got.MachineID, err)
 	}

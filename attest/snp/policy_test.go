@@ -100,12 +100,12 @@ func TestZeroPolicyAcceptsNothing(t *testing.T) {
 	s := snptest.New(t)
 	binding := newBinding(t)
 	v := newValidator(t, snp.Policy{TrustedRoots: s.TrustedRoots()}, nil)
-	_, err := v.Validate(context.Background(), s.Evidence(binding), binding, nil)
+	_, err := attest.Validate(context.Background(), v, s.Evidence(binding), binding, nil)
 	if attest.ReasonOf(err) != latchkeyv1.Reason_MEASUREMENT_NOT_ALLOWED {
 		t.Errorf("zero policy: %v, want MEASUREMENT_NOT_ALLOWED", err)
 	}
 	// And the true zero value trusts only AMD's roots, not the fake chain.
-	_, err = newValidator(t, snp.Policy{}, nil).Validate(context.Background(), s.Evidence(binding), binding, nil)
+	_, err = attest.Validate(context.Background(), newValidator(t, snp.Policy{}, nil), s.Evidence(binding), binding, nil)
 	if attest.ReasonOf(err) != latchkeyv1.Reason_UNTRUSTED_CHAIN {
 		t.Errorf("zero policy without roots: %v, want UNTRUSTED_CHAIN", err)
 	}
@@ -122,11 +122,11 @@ func TestCachedChainExpires(t *testing.T) {
 	}
 	binding := newBinding(t)
 	evidence := s.Evidence(binding)
-	if _, err := v.Validate(context.Background(), evidence, binding, nil); err != nil {
+	if _, err := attest.Validate(context.Background(), v, evidence, binding, nil); err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
 	now = s.AMD.Vcek.NotAfter.Add(time.Hour)
-	if _, err := v.Validate(context.Background(), evidence, binding, nil); attest.ReasonOf(err) != latchkeyv1.Reason_UNTRUSTED_CHAIN {
+	if _, err := attest.Validate(context.Background(), v, evidence, binding, nil); attest.ReasonOf(err) != latchkeyv1.Reason_UNTRUSTED_CHAIN {
 		t.Errorf("Validate after the VCEK expired = %v, want UNTRUSTED_CHAIN", err)
 	}
 }

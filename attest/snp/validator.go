@@ -73,11 +73,15 @@ func NewValidator(p Policy, c *Collateral, opts ...ValidatorOption) (*Validator,
 // Variant is VARIANT_SNP.
 func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_SNP }
 
-// Validate is Verify (checks 1-5 below) followed by CheckPolicy (checks
-// 6-10). rt is unused: SNP needs no challenge. The checks run in this
-// order; the first failure ends validation with a *attest.Refusal
-// carrying the reason in brackets:
+// Verify runs checks 1-5 (decoding, endorsement, chain, signature,
+// binding) and returns the verified state (Verified.State is a *State); it
+// applies no reference value but the trusted roots. rt is unused: SNP
+// needs no challenge. CheckPolicy runs checks 6-10 on that state, and
+// attest.Validate runs the two in order. The first failure ends
+// validation with a *attest.Refusal carrying the reason in brackets:
 //
+//  0. Binding length: a binding that is not attest.BindingSize bytes is a
+//     caller error (a plain error, reason INTERNAL).
 //  1. Decode [MALFORMED]: at most MaxEvidenceSize bytes; an SNPEvidence
 //     message without unknown fields; a report of exactly 1184 bytes that
 //     go-sev-guest's abi parses (version 2-5, reserved bits zero, valid
@@ -99,36 +103,6 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 //     certified key (go-sev-guest's verify.SnpReportSignature).
 //  5. Binding [BINDING_MISMATCH]: REPORT_DATA is binding followed by 32
 //     zero bytes.
-//  6. Measurement [MEASUREMENT_NOT_ALLOWED]: MEASUREMENT is listed in
-//     Policy.Measurements.
-//  7. Debug [DEBUG_POLICY]: the guest policy's DEBUG bit is clear.
-//  8. Guest policy and identity [GUEST_POLICY_MISMATCH]: MIGRATE_MA clear
-//     unless AllowMigrationAgent; CXL_ALLOW clear unless AllowCXL; SMT as
-//     Policy.SMT says; ID_KEY_DIGEST, AUTHOR_KEY_DIGEST (with
-//     AUTHOR_KEY_EN), FAMILY_ID, IMAGE_ID and HOST_DATA listed when the
-//     policy lists any.
-//  9. VMPL [VMPL_MISMATCH]: the report's VMPL is in Policy.VMPLs.
-//  10. TCB [TCB_TOO_OLD]: go-sev-guest's validate.SnpAttestation: every
-//     REPORTED_TCB component at least Policy.MinimumTCB, GUEST_SVN at
-//     least MinimumGuestSVN, and committed firmware equal to the current
-//     one unless PermitProvisionalFirmware.
-//
-// A binding that is not attest.BindingSize bytes is a caller error
-// (reason INTERNAL).
-func (v *Validator) Validate(ctx context.Context, evidence, binding []byte, rt attest.RoundTrip) (*attest.Verified, error) {
-	ver, err := v.Verify(ctx, evidence, binding, rt)
-	if err != nil {
-		return nil, err
-	}
-	if err := v.CheckPolicy(ver.State.(*State)); err != nil {
-		return nil, err
-	}
-	return ver, nil
-}
-
-// Verify runs checks 1-5 of Validate (decoding, endorsement, chain,
-// signature, binding) and returns the verified state (Verified.State is a
-// *State); it applies no reference value but the trusted roots.
 func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, _ attest.RoundTrip) (*attest.Verified, error) {
 	if len(binding) != attest.BindingSize {
 		return nil, fmt.Errorf("snp: binding is %d bytes, want %d", len(binding), attest.BindingSize)
@@ -151,8 +125,29 @@ func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, _ atte
 	return v.verified(evidence, ev, e, der), nil
 }
 
-// CheckPolicy runs checks 6-10 of Validate on a state Verify returned.
-func (v *Validator) CheckPolicy(st *State) error {
+// CheckPolicy runs checks 6-10 on a state Verify returned, in this
+// order, the first failure ending the check with the reason in brackets.
+// A state that is not a *State made by Verify (nil, built by hand, or
+// another variant's) is refused as INTERNAL (attest.StateMismatch).
+//
+//  6. Measurement [MEASUREMENT_NOT_ALLOWED]: MEASUREMENT is listed in
+//     Policy.Measurements.
+//  7. Debug [DEBUG_POLICY]: the guest policy's DEBUG bit is clear.
+//  8. Guest policy and identity [GUEST_POLICY_MISMATCH]: MIGRATE_MA clear
+//     unless AllowMigrationAgent; CXL_ALLOW clear unless AllowCXL; SMT as
+//     Policy.SMT says; ID_KEY_DIGEST, AUTHOR_KEY_DIGEST (with
+//     AUTHOR_KEY_EN), FAMILY_ID, IMAGE_ID and HOST_DATA listed when the
+//     policy lists any.
+//  9. VMPL [VMPL_MISMATCH]: the report's VMPL is in Policy.VMPLs.
+//  10. TCB [TCB_TOO_OLD]: go-sev-guest's validate.SnpAttestation: every
+//     REPORTED_TCB component at least Policy.MinimumTCB, GUEST_SVN at
+//     least MinimumGuestSVN, and committed firmware equal to the current
+//     one unless PermitProvisionalFirmware.
+func (v *Validator) CheckPolicy(s attest.State) error {
+	st, ok := s.(*State)
+	if !ok || st == nil || st.ev == nil {
+		return attest.StateMismatch(latchkeyv1.Variant_VARIANT_SNP, s)
+	}
 	ev, der := st.ev, st.der
 	r := ev.Report
 	if !v.c.measurements.has(r.GetMeasurement()) {
@@ -316,8 +311,9 @@ func (v *Validator) verified(evidence []byte, ev *Evidence, e *endorsement, der 
 }
 
 // State is the verified machine state of an SNP join (attest.Verified's
-// State). Every field comes from a report whose signature, chain and
-// policy checks passed.
+// State). Every field comes from a report whose decoding, endorsement,
+// chain, signature and binding checks (Verify) passed; CheckPolicy judges
+// it.
 type State struct {
 	// ProductLine is Milan, Genoa or Turin.
 	ProductLine string
@@ -349,6 +345,15 @@ var _ attest.State = (*State)(nil)
 
 // Variant is VARIANT_SNP; it makes *State an attest.State.
 func (*State) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_SNP }
+
+// Keys is the chip, by its CHIP_ID in lower-case hex (all zeros when the
+// host masks it); none when the state holds no 64-byte CHIP_ID.
+func (s *State) Keys() []attest.Key {
+	if len(s.ChipID) != abi.ChipIDSize {
+		return nil
+	}
+	return []attest.Key{{Kind: attest.KeySNPChip, Value: hex.EncodeToString(s.ChipID)}}
+}
 
 // identity names a chip for humans: "chip:" and the first 8 bytes of
 // CHIP_ID in hex, or "chip:masked" when the host masks it.

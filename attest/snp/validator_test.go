@@ -46,7 +46,7 @@ func TestValidateAcceptsVCEKReport(t *testing.T) {
 	binding := newBinding(t)
 	evidence := s.Evidence(binding)
 
-	got, err := v.Validate(context.Background(), evidence, binding, nil)
+	got, err := attest.Validate(context.Background(), v, evidence, binding, nil)
 	if err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
@@ -76,7 +76,7 @@ func TestValidateAcceptsVLEKReport(t *testing.T) {
 	s := snptest.NewWithOptions(t, snptest.Options{VLEK: true, ProductLine: "Genoa"})
 	v := newValidator(t, s.Policy(), nil)
 	binding := newBinding(t)
-	got, err := v.Validate(context.Background(), s.Evidence(binding), binding, nil)
+	got, err := attest.Validate(context.Background(), v, s.Evidence(binding), binding, nil)
 	if err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
@@ -94,18 +94,18 @@ func TestValidateRepeatUsesCacheAndStillChecks(t *testing.T) {
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		binding := newBinding(t)
-		if _, err := v.Validate(ctx, s.Evidence(binding), binding, nil); err != nil {
+		if _, err := attest.Validate(ctx, v, s.Evidence(binding), binding, nil); err != nil {
 			t.Fatalf("Validate #%d: %v", i, err)
 		}
 	}
 	binding := newBinding(t)
-	if _, err := v.Validate(ctx, s.Evidence(binding), newBinding(t), nil); attest.ReasonOf(err) != latchkeyv1.Reason_BINDING_MISMATCH {
+	if _, err := attest.Validate(ctx, v, s.Evidence(binding), newBinding(t), nil); attest.ReasonOf(err) != latchkeyv1.Reason_BINDING_MISMATCH {
 		t.Errorf("other binding after warm cache: %v", err)
 	}
 	raw := s.Report(binding)
 	signForeign(t, raw)
 	ev, _ := snp.EncodeEvidence(raw, s.CertTable())
-	if _, err := v.Validate(ctx, ev, binding, nil); attest.ReasonOf(err) != latchkeyv1.Reason_BAD_SIGNATURE {
+	if _, err := attest.Validate(ctx, v, ev, binding, nil); attest.ReasonOf(err) != latchkeyv1.Reason_BAD_SIGNATURE {
 		t.Errorf("foreign signature after warm cache: %v", err)
 	}
 }
@@ -330,7 +330,7 @@ func runRefusal(t *testing.T, tc refusalCase) {
 	if tc.evidence != nil {
 		evidence = tc.evidence(t, s, binding)
 	}
-	got, err := v.Validate(context.Background(), evidence, binding, nil)
+	got, err := attest.Validate(context.Background(), v, evidence, binding, nil)
 	if got != nil {
 		t.Errorf("Validate returned a result with error %v", err)
 	}
@@ -357,7 +357,7 @@ func otherRootChain(t *testing.T) *snptest.Signer {
 func TestValidateRejectsBadBinding(t *testing.T) {
 	s := snptest.New(t)
 	v := newValidator(t, s.Policy(), nil)
-	_, err := v.Validate(context.Background(), s.Evidence(newBinding(t)), []byte("short"), nil)
+	_, err := attest.Validate(context.Background(), v, s.Evidence(newBinding(t)), []byte("short"), nil)
 	if err == nil || attest.ReasonOf(err) != latchkeyv1.Reason_INTERNAL {
 		t.Errorf("Validate with a 5-byte binding = %v, want an INTERNAL error", err)
 	}

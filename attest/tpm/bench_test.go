@@ -48,7 +48,7 @@ func BenchmarkValidate(b *testing.B) {
 		b.ReportAllocs()
 		cpu := processCPU(b)
 		for b.Loop() {
-			if _, err := v.Validate(context.Background(), a.Evidence(), binding, nil); err != nil {
+			if _, err := attest.Validate(context.Background(), v, a.Evidence(), binding, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -64,7 +64,7 @@ func BenchmarkValidate(b *testing.B) {
 		}
 		start, cpu := time.Now(), processCPU(b)
 		for b.Loop() {
-			if _, err := v.Validate(context.Background(), a.Evidence(), binding, rt); err != nil {
+			if _, err := attest.Validate(context.Background(), v, a.Evidence(), binding, rt); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -81,7 +81,7 @@ func BenchmarkValidate(b *testing.B) {
 		other := newBinding(b)
 		cpu := processCPU(b)
 		for b.Loop() {
-			if _, err := v.Validate(context.Background(), a.Evidence(), other, nil); attest.ReasonOf(err) != latchkeyv1.Reason_BINDING_MISMATCH {
+			if _, err := attest.Validate(context.Background(), v, a.Evidence(), other, nil); attest.ReasonOf(err) != latchkeyv1.Reason_BINDING_MISMATCH {
 				b.Fatalf("replay: %v, want BINDING_MISMATCH", err)
 			}
 		}
@@ -123,7 +123,7 @@ func processCPU(b *testing.B) time.Duration {
 
 func mustValidate(b *testing.B, p tpm.Policy, a attest.Attestation, binding []byte) *tpm.State {
 	b.Helper()
-	got, err := newValidator(b, p).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+	got, err := attest.Validate(context.Background(), newValidator(b, p), a.Evidence(), binding, a.Respond)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func BenchmarkValidateEventLog(b *testing.B) {
 			b.ReportAllocs()
 			cpu := processCPU(b)
 			for b.Loop() {
-				if _, err := v.Validate(context.Background(), ev, binding, nil); err != nil {
+				if _, err := attest.Validate(context.Background(), v, ev, binding, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

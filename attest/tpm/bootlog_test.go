@@ -91,7 +91,7 @@ func (m *machine) validate(t *testing.T, bp *tpm.BootPolicy, edit func(*craftOpt
 	}
 	binding := newBinding(t)
 	v := newValidator(t, tpm.Policy{AKPublicKeyHashes: []string{m.ak.akHash}, Boot: bp})
-	ver, err := v.Validate(context.Background(), m.ak.evidenceWith(t, binding, o), binding, noRoundTrip(t))
+	ver, err := attest.Validate(context.Background(), v, m.ak.evidenceWith(t, binding, o), binding, noRoundTrip(t))
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-tpm/tpm2"
 
+	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/pkitest"
@@ -135,7 +136,7 @@ func TestAKWithoutRestrictedAttributeIsRefused(t *testing.T) {
 		c := newCrafted(t, restricted)
 		binding := newBinding(t)
 		v := newValidator(t, tpm.Policy{AKPublicKeyHashes: []string{c.akHash}})
-		_, err := v.Validate(context.Background(), c.evidence(t, binding), binding, noRoundTrip(t))
+		_, err := attest.Validate(context.Background(), v, c.evidence(t, binding), binding, noRoundTrip(t))
 		want := latchkeyv1.Reason_UNTRUSTED_AK
 		if restricted {
 			want = latchkeyv1.Reason_REASON_UNSPECIFIED
@@ -149,7 +150,7 @@ func TestUnpinnedAKWithoutEKIsRefused(t *testing.T) {
 	c := newCrafted(t, true)
 	binding := newBinding(t)
 	v := newValidator(t, tpm.Policy{AKPublicKeyHashes: []string{newCrafted(t, true).akHash}})
-	_, err := v.Validate(context.Background(), c.evidence(t, binding), binding, noRoundTrip(t))
+	_, err := attest.Validate(context.Background(), v, c.evidence(t, binding), binding, noRoundTrip(t))
 	wantReason(t, err, latchkeyv1.Reason_UNTRUSTED_AK)
 }
 

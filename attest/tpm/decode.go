@@ -118,7 +118,7 @@ func (ev *evidence) decodeQuote(pb *latchkeyv1.TPMEvidence) error {
 	return nil
 }
 
-// decodeEK parses the EK public area and certificate. Validate calls it
+// decodeEK parses the EK public area and certificate. Verify calls it
 // only when the AK is not pinned: a pinned AK makes the EK irrelevant, and
 // skipping it saves a third of the decoding time.
 func (ev *evidence) decodeEK() error {

@@ -18,7 +18,7 @@ func TestMachineID(t *testing.T) {
 	a := f.attestNow(t, binding)
 	want := "tpm-ek:" + f.measured.EKPublicKeyHashes[0]
 	for name, p := range map[string]tpm.Policy{"ek certificate": f.caPolicy(), "ek hash": f.hashPolicy()} {
-		got, err := newValidator(t, p).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+		got, err := attest.Validate(context.Background(), newValidator(t, p), a.Evidence(), binding, a.Respond)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -26,13 +26,12 @@ func TestMachineID(t *testing.T) {
 			t.Errorf("%s: MachineID %q, want %q", name, got.MachineID, want)
 		}
 	}
-	got, err := newValidator(t, f.hashPolicy()).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+	got, err := attest.Validate(context.Background(), newValidator(t, f.hashPolicy()), a.Evidence(), binding, a.Respond)
 	if err != nil {
 		t.Fatal(err)
 	}
 	akHash := stateOf(t, got).AKPublicKeyHash
-	pinned, err := newValidator(t, tpm.Policy{PCRs: f.measured.PCRs, AKPublicKeyHashes: []string{akHash}}).
-		Validate(context.Background(), a.Evidence(), binding, noRoundTrip(t))
+	pinned, err := attest.Validate(context.Background(), newValidator(t, tpm.Policy{PCRs: f.measured.PCRs, AKPublicKeyHashes: []string{akHash}}), a.Evidence(), binding, noRoundTrip(t))
 	if err != nil || pinned.MachineID != "tpm-ak:"+akHash {
 		t.Fatalf("pinned ak: MachineID %q (%v), want tpm-ak:%s", machineIDOf(pinned), err, akHash)
 	}
@@ -50,7 +49,7 @@ func TestMachineID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := newValidator(t, tpm.Policy{PCRs: m.PCRs, EKCARoots: sim.EKCARootsPEM}).Validate(context.Background(), sa.Evidence(), b, sa.Respond)
+		v, err := attest.Validate(context.Background(), newValidator(t, tpm.Policy{PCRs: m.PCRs, EKCARoots: sim.EKCARootsPEM}), sa.Evidence(), b, sa.Respond)
 		sa.Close()
 		iss.Close()
 		if err != nil {

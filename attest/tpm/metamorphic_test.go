@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-eventlog/tcg"
 	"sigs.k8s.io/yaml"
 
+	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 )
@@ -133,7 +134,7 @@ func (c *corpus) judge(t *testing.T, l logs) outcome {
 		sd = l.sdBytes()
 	}
 	ev := c.m.ak.evidenceWith(t, binding, craftOpts{pcrs: c.m.pcrs, fw: l.fwBytes(), sd: sd, sig: c.m.sig})
-	ver, err := c.v.Validate(context.Background(), ev, binding, noRoundTrip(t))
+	ver, err := attest.Validate(context.Background(), c.v, ev, binding, noRoundTrip(t))
 	if err != nil {
 		return outcome{reason: err.Error()}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tpm"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -25,7 +26,7 @@ func TestReplayWithoutTPMIsBindingMismatchBeforeTrust(t *testing.T) {
 		"ak pinned (not this)": {AKPublicKeyHashes: []string{"sha256:" + zeroHex}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := newValidator(t, p).Validate(context.Background(), a.Evidence(), newBinding(t), noRoundTrip(t))
+			got, err := attest.Validate(context.Background(), newValidator(t, p), a.Evidence(), newBinding(t), noRoundTrip(t))
 			if got != nil {
 				t.Fatalf("refused validation returned %+v", got)
 			}
@@ -43,7 +44,7 @@ func TestBoundEvidenceStillNeedsTrust(t *testing.T) {
 	f := newFixture(t)
 	binding := newBinding(t)
 	a := f.attestNow(t, binding)
-	_, err := newValidator(t, tpm.Policy{EKCARoots: []string{otherCAPEM(t)}}).Validate(context.Background(), a.Evidence(), binding, noRoundTrip(t))
+	_, err := attest.Validate(context.Background(), newValidator(t, tpm.Policy{EKCARoots: []string{otherCAPEM(t)}}), a.Evidence(), binding, noRoundTrip(t))
 	wantReason(t, err, latchkeyv1.Reason_UNTRUSTED_AK)
 }
 

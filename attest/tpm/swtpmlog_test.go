@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
@@ -72,7 +73,7 @@ func (m *measuredSwtpm) join(t *testing.T, p tpm.Policy) (*tpm.State, error) {
 		t.Fatalf("Attest: %v", err)
 	}
 	defer a.Close()
-	ver, err := newValidator(t, p).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+	ver, err := attest.Validate(context.Background(), newValidator(t, p), a.Evidence(), binding, a.Respond)
 	if err != nil {
 		return nil, err
 	}

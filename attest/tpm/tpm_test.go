@@ -113,7 +113,7 @@ func TestValidateEKCertificateWithActivation(t *testing.T) {
 	rounds := 0
 	rt := func(ctx context.Context, ch []byte) ([]byte, error) { rounds++; return a.Respond(ctx, ch) }
 
-	got, err := newValidator(t, f.caPolicy()).Validate(context.Background(), a.Evidence(), binding, rt)
+	got, err := attest.Validate(context.Background(), newValidator(t, f.caPolicy()), a.Evidence(), binding, rt)
 	if err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
@@ -148,7 +148,7 @@ func TestValidateEKHashWithActivation(t *testing.T) {
 	f := newFixture(t)
 	binding := newBinding(t)
 	a := f.attestNow(t, binding)
-	got, err := newValidator(t, f.hashPolicy()).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+	got, err := attest.Validate(context.Background(), newValidator(t, f.hashPolicy()), a.Evidence(), binding, a.Respond)
 	if err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
@@ -161,14 +161,14 @@ func TestValidatePinnedAKNeedsNoActivation(t *testing.T) {
 	f := newFixture(t)
 	binding := newBinding(t)
 	a := f.attestNow(t, binding)
-	first, err := newValidator(t, f.hashPolicy()).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+	first, err := attest.Validate(context.Background(), newValidator(t, f.hashPolicy()), a.Evidence(), binding, a.Respond)
 	if err != nil {
 		t.Fatalf("Validate (ek): %v", err)
 	}
 	akHash := stateOf(t, first).AKPublicKeyHash
 
 	pinned := tpm.Policy{PCRs: f.measured.PCRs, AKPublicKeyHashes: []string{akHash}}
-	got, err := newValidator(t, pinned).Validate(context.Background(), a.Evidence(), binding, noRoundTrip(t))
+	got, err := attest.Validate(context.Background(), newValidator(t, pinned), a.Evidence(), binding, noRoundTrip(t))
 	if err != nil {
 		t.Fatalf("Validate (pinned ak): %v", err)
 	}
@@ -185,7 +185,7 @@ func TestAKIsStableAcrossRestart(t *testing.T) {
 		binding := newBinding(t)
 		a := f.attestNow(t, binding)
 		defer a.Close()
-		got, err := newValidator(t, f.hashPolicy()).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+		got, err := attest.Validate(context.Background(), newValidator(t, f.hashPolicy()), a.Evidence(), binding, a.Respond)
 		if err != nil {
 			t.Fatalf("Validate: %v", err)
 		}
@@ -207,7 +207,7 @@ func TestSequentialAttestationsLeaveNoTransientObjects(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Attest %d: %v", i, err)
 		}
-		_, err = v.Validate(context.Background(), a.Evidence(), binding, a.Respond)
+		_, err = attest.Validate(context.Background(), v, a.Evidence(), binding, a.Respond)
 		if cerr := a.Close(); err != nil || cerr != nil {
 			t.Fatalf("attempt %d: validate %v, close %v", i, err, cerr)
 		}
@@ -267,7 +267,7 @@ func TestAttestWithoutPersistedEK(t *testing.T) {
 	evictPersistentEK(t, f.sim.Device)
 	binding := newBinding(t)
 	a := f.attestNow(t, binding)
-	got, err := newValidator(t, f.caPolicy()).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+	got, err := attest.Validate(context.Background(), newValidator(t, f.caPolicy()), a.Evidence(), binding, a.Respond)
 	if err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
@@ -448,7 +448,7 @@ func TestRefusals(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := newValidator(t, tc.policy()).Validate(context.Background(), raw, binding, rt)
+			got, err := attest.Validate(context.Background(), newValidator(t, tc.policy()), raw, binding, rt)
 			if got != nil {
 				t.Errorf("refused validation returned data: %+v", got)
 			}
@@ -472,9 +472,9 @@ func TestEKCertificateFromAnotherSwtpmCA(t *testing.T) {
 		t.Fatalf("Attest: %v", err)
 	}
 	defer a.Close()
-	_, err = newValidator(t, f.caPolicy()).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+	_, err = attest.Validate(context.Background(), newValidator(t, f.caPolicy()), a.Evidence(), binding, a.Respond)
 	wantReason(t, err, latchkeyv1.Reason_UNTRUSTED_AK)
-	_, err = newValidator(t, tpm.Policy{EKCARoots: other.EKCARootsPEM}).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+	_, err = attest.Validate(context.Background(), newValidator(t, tpm.Policy{EKCARoots: other.EKCARootsPEM}), a.Evidence(), binding, a.Respond)
 	if err != nil {
 		t.Errorf("own CA refused: %v", err)
 	}
@@ -489,7 +489,7 @@ func TestMalformedEvidence(t *testing.T) {
 		"no quote":  mustMarshal(t, &latchkeyv1.TPMEvidence{AkPublic: []byte{1}, Signature: []byte{1}}),
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := v.Validate(context.Background(), ev, newBinding(t), noRoundTrip(t))
+			_, err := attest.Validate(context.Background(), v, ev, newBinding(t), noRoundTrip(t))
 			wantReason(t, err, latchkeyv1.Reason_MALFORMED)
 		})
 	}
@@ -515,7 +515,7 @@ func TestExtendedPCRIsRefused(t *testing.T) {
 	f.sim.Extend(t, 4, []byte("unexpected boot loader"))
 	binding := newBinding(t)
 	a := f.attestNow(t, binding)
-	_, err := newValidator(t, f.caPolicy()).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+	_, err := attest.Validate(context.Background(), newValidator(t, f.caPolicy()), a.Evidence(), binding, a.Respond)
 	wantReason(t, err, latchkeyv1.Reason_PCR_MISMATCH)
 	if !strings.Contains(err.Error(), "pcr 4 ") {
 		t.Errorf("refusal %q does not name pcr 4", err)
@@ -553,7 +553,7 @@ func TestCustomPCRSelection(t *testing.T) {
 		t.Fatalf("Attest: %v", err)
 	}
 	defer a.Close()
-	got, err := newValidator(t, tpm.Policy{EKCARoots: sim.EKCARootsPEM}).Validate(context.Background(), a.Evidence(), binding, a.Respond)
+	got, err := attest.Validate(context.Background(), newValidator(t, tpm.Policy{EKCARoots: sim.EKCARootsPEM}), a.Evidence(), binding, a.Respond)
 	if err != nil {
 		t.Fatalf("Validate: %v", err)
 	}

@@ -37,7 +37,7 @@ const (
 )
 
 // State is the verified machine state of a TPM join (Verified.State).
-// Every field passed the checks of Validate; nothing unverified is copied.
+// Every field passed the checks of Verify; nothing unverified is copied.
 type State struct {
 	// PCRs are the quoted SHA-256 values by PCR index.
 	PCRs map[int][sha256.Size]byte
@@ -62,8 +62,21 @@ var _ attest.State = (*State)(nil)
 // Variant is VARIANT_TPM; it makes *State an attest.State.
 func (*State) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_TPM }
 
+// Keys are the EK (when it was verified) then the AK, by SPKI hash.
+func (s *State) Keys() []attest.Key {
+	var keys []attest.Key
+	if s.EKPublicKeyHash != "" {
+		keys = append(keys, attest.Key{Kind: attest.KeyTPMEK, Value: s.EKPublicKeyHash})
+	}
+	if s.AKPublicKeyHash != "" {
+		keys = append(keys, attest.Key{Kind: attest.KeyTPMAK, Value: s.AKPublicKeyHash})
+	}
+	return keys
+}
+
 // Validator checks TPM evidence against one compiled Policy. It is safe for
-// concurrent use and holds no lock: each Validate works on its own data.
+// concurrent use and holds no lock: each Verify and CheckPolicy works on
+// its own data.
 type Validator struct {
 	policy *compiledPolicy
 	now    func() time.Time // certificate validity; replaced by tests
@@ -85,24 +98,14 @@ func NewValidator(p Policy) (*Validator, error) {
 // Variant is VARIANT_TPM.
 func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_TPM }
 
-// Validate is Verify followed by CheckPolicy: every check of both, in
-// their order, the first failure ending validation with its reason.
-func (v *Validator) Validate(ctx context.Context, evidenceBytes, binding []byte, rt attest.RoundTrip) (*attest.Verified, error) {
-	ver, err := v.Verify(ctx, evidenceBytes, binding, rt)
-	if err != nil {
-		return nil, err
-	}
-	if err := v.CheckPolicy(ver.State.(*State)); err != nil {
-		return nil, err
-	}
-	return ver, nil
-}
-
 // Verify verifies serialized TPMEvidence bound to binding and returns the
 // verified state (Verified.State is a *State); it applies no reference
-// value, only the policy's trust anchors. The checks run in this order,
-// and the first failure ends verification with its reason:
+// value, only the policy's trust anchors. attest.Validate runs it and then
+// CheckPolicy. The checks run in this order, and the first failure ends
+// verification with its reason:
 //
+//  0. Binding length (INTERNAL): binding must be attest.BindingSize
+//     bytes; anything else is a caller error, not evidence.
 //  1. Decoding (MALFORMED): size limits (MaxEvidenceSize, per-field
 //     limits, MaxEKCertificateSize, the log limits), protobuf, TPM
 //     structures (the AK public area canonically encoded), the quote a
@@ -183,8 +186,10 @@ func (v *Validator) Verify(ctx context.Context, evidenceBytes, binding []byte, r
 	}, nil
 }
 
-// CheckPolicy compares a verified state with the policy's reference
-// values:
+// CheckPolicy compares a state Verify returned with the policy's
+// reference values. A state that is not a *State of this package (nil, or
+// another variant's) is refused as INTERNAL (attest.StateMismatch). The
+// checks, in order:
 //
 //  1. Components (the policy's boot section, when set): see
 //     compiledBoot.check for its checks and reasons. They come first
@@ -193,7 +198,11 @@ func (v *Validator) Verify(ctx context.Context, evidenceBytes, binding []byte, r
 //  2. PCRs (PCR_MISMATCH): every PCR the policy lists must be quoted and
 //     hold one of its listed values; the detail names the lowest failing
 //     index.
-func (v *Validator) CheckPolicy(st *State) error {
+func (v *Validator) CheckPolicy(s attest.State) error {
+	st, ok := s.(*State)
+	if !ok || st == nil {
+		return attest.StateMismatch(latchkeyv1.Variant_VARIANT_TPM, s)
+	}
 	if v.policy.boot != nil {
 		if err := v.policy.boot.check(st); err != nil {
 			return err

@@ -226,7 +226,7 @@ func akHashOf(t *testing.T, sim *tpmtest.Simulator, p tpm.Policy) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := v.Validate(context.Background(), a.Evidence(), b, a.Respond)
+	got, err := attest.Validate(context.Background(), v, a.Evidence(), b, a.Respond)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,6 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
-	"github.com/latchkey/latchkey/attest/snp"
-	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/protocol"
 )
 
@@ -171,20 +169,33 @@ func (l *DenyList) Match(node, disk string, v *attest.Verified) string {
 	case v.MachineID != "" && l.machines[v.MachineID]:
 		return DenyMachineIDs + ": " + v.MachineID
 	}
-	switch st := v.State.(type) {
-	case *tpm.State:
-		if st.EKPublicKeyHash != "" && l.ek[st.EKPublicKeyHash] {
-			return DenyEKPublicKeyHashes + ": " + st.EKPublicKeyHash
-		}
-		if st.AKPublicKeyHash != "" && l.ak[st.AKPublicKeyHash] {
-			return DenyAKPublicKeyHashes + ": " + st.AKPublicKeyHash
-		}
-	case *snp.State:
-		if c := hex.EncodeToString(st.ChipID); len(st.ChipID) == 64 && l.chips[c] {
-			return DenySNPChipIDs + ": " + c
+	if v.State != nil {
+		for _, k := range v.State.Keys() {
+			if m := l.matchKey(k); m != "" {
+				return m
+			}
 		}
 	}
 	return l.MatchIdentity(v.MachineID)
+}
+
+// matchKey returns the entry that denies a verified key, or "".
+func (l *DenyList) matchKey(k attest.Key) string {
+	switch k.Kind {
+	case attest.KeyTPMEK:
+		if l.ek[k.Value] {
+			return DenyEKPublicKeyHashes + ": " + k.Value
+		}
+	case attest.KeyTPMAK:
+		if l.ak[k.Value] {
+			return DenyAKPublicKeyHashes + ": " + k.Value
+		}
+	case attest.KeySNPChip:
+		if l.chips[k.Value] {
+			return DenySNPChipIDs + ": " + k.Value
+		}
+	}
+	return ""
 }
 
 // MatchIdentity returns the entry that denies a machine identity as a

@@ -3,12 +3,9 @@ package service
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
-	"github.com/latchkey/latchkey/attest/snp"
-	"github.com/latchkey/latchkey/attest/tpm"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/policy"
@@ -24,10 +21,11 @@ import (
 //     must be bound to the attested machine already, else
 //     IDENTITY_MISMATCH.
 //   - Only an authenticated result is recorded. The evidence is first
-//     verified (trusted key, signature, session binding); a failure there
-//     is refused and not recorded, because the node name in the Hello is
-//     then unauthenticated and recording it would let anyone taint any
-//     node. The binding check follows, then the join's other checks
+//     verified (the validator's Verify step: trusted key, signature,
+//     session binding, log replay); a failure there is refused and not
+//     recorded, because the node name in the Hello is then
+//     unauthenticated and recording it would let anyone taint any node.
+//     The binding check follows, then the join's other checks
 //     (reattestDecision: deny list, generation, policy); the decision
 //     (attested, or refused with the reason) is written to the node's
 //     Lease (binding.AttestationRecorder) before the answer is sent.
@@ -48,7 +46,7 @@ func (s *Service) reattest(ctx context.Context, stream latchkeyv1.JoinService_Jo
 		return err
 	}
 	start := s.cfg.Now()
-	v, check, err := verifyThenCheck(ctx, val, hello.GetEvidence(), b, s.challenger(stream, out))
+	v, err := val.Verify(ctx, hello.GetEvidence(), b, s.challenger(stream, out))
 	out.validation = s.cfg.Now().Sub(start)
 	s.cfg.Metrics.ObserveValidation(hello.GetVariant(), out.validation)
 	if err != nil {
@@ -59,7 +57,7 @@ func (s *Service) reattest(ctx context.Context, stream latchkeyv1.JoinService_Jo
 	if err := s.checkBound(ctx, hello, v, out); err != nil {
 		return err
 	}
-	decision := s.reattestDecision(ctx, snap, hello, v, check, out)
+	decision := s.reattestDecision(ctx, snap, hello, val, v, out)
 	if err := s.recordAttestation(ctx, hello, v, decision, out); err != nil {
 		if decision != nil {
 			return errors.Join(decision, err)
@@ -78,51 +76,17 @@ func (s *Service) reattest(ctx context.Context, stream latchkeyv1.JoinService_Jo
 // check a join makes that does not concern issuing, in the join's order.
 // The deny list (REVOKED, recorded as refused so the taint controller
 // taints the node), the generation the Hello names (the one number it
-// may write), then the policy. nil is attested.
-func (s *Service) reattestDecision(ctx context.Context, snap *policy.Snapshot, hello *latchkeyv1.Hello, v *attest.Verified,
-	check func() error, out *outcome) error {
+// may write), then the policy: val's CheckPolicy on the state its Verify
+// returned. nil is attested.
+func (s *Service) reattestDecision(ctx context.Context, snap *policy.Snapshot, hello *latchkeyv1.Hello, val attest.Validator,
+	v *attest.Verified, out *outcome) error {
 	if err := s.checkRevoked(ctx, snap, hello, v, out); err != nil {
 		return err
 	}
 	if err := s.checkGeneration(hello); err != nil {
 		return err
 	}
-	return check()
-}
-
-// verifyThenCheck splits a validator into its verification and its policy
-// step, so a re-attestation can tell authenticated evidence the policy
-// refuses (recorded) from evidence that is not authenticated (not
-// recorded). A validator without the split (a test double) is run whole,
-// and any failure counts as unauthenticated.
-func verifyThenCheck(ctx context.Context, val attest.Validator, evidence, b []byte, rt attest.RoundTrip) (*attest.Verified, func() error, error) {
-	switch sv := val.(type) {
-	case *tpm.Validator:
-		v, err := sv.Verify(ctx, evidence, b, rt)
-		if err != nil {
-			return nil, nil, err
-		}
-		st, ok := v.State.(*tpm.State)
-		if !ok {
-			return nil, nil, fmt.Errorf("tpm verify returned state %T", v.State)
-		}
-		return v, func() error { return sv.CheckPolicy(st) }, nil
-	case *snp.Validator:
-		v, err := sv.Verify(ctx, evidence, b, rt)
-		if err != nil {
-			return nil, nil, err
-		}
-		st, ok := v.State.(*snp.State)
-		if !ok {
-			return nil, nil, fmt.Errorf("snp verify returned state %T", v.State)
-		}
-		return v, func() error { return sv.CheckPolicy(st) }, nil
-	}
-	v, err := val.Validate(ctx, evidence, b, rt)
-	if err != nil {
-		return nil, nil, err
-	}
-	return v, func() error { return nil }, nil
+	return val.CheckPolicy(v.State)
 }
 
 // checkBound requires the node (with a Minter) and the disk to be bound to

@@ -221,7 +221,8 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 }
 
 // validate binds the Hello to this TLS session and runs the variant's
-// validator, with challenges carried over the stream.
+// validator whole (attest.Validate: Verify, then CheckPolicy on the state
+// it returned), with challenges carried over the stream.
 func (s *Service) validate(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, snap *policy.Snapshot, hello *latchkeyv1.Hello, out *outcome) (*attest.Verified, error) {
 	val, ok := snap.Validators[hello.GetVariant()]
 	if !ok {
@@ -232,7 +233,7 @@ func (s *Service) validate(ctx context.Context, stream latchkeyv1.JoinService_Jo
 		return nil, err
 	}
 	start := s.cfg.Now()
-	v, err := val.Validate(ctx, hello.GetEvidence(), binding, s.challenger(stream, out))
+	v, err := attest.Validate(ctx, val, hello.GetEvidence(), binding, s.challenger(stream, out))
 	out.validation = s.cfg.Now().Sub(start)
 	s.cfg.Metrics.ObserveValidation(hello.GetVariant(), out.validation)
 	if err != nil {

@@ -100,6 +100,10 @@ type envOpt struct {
 	// policy, when set, is the verifier's policy source; startVerifier
 	// installs the test snapshot in it, and a test swaps it later.
 	policy *swapPolicy
+	// validator, when set, replaces the TPM validator built from challenge.
+	validator *attesttest.Validator
+	// next, when set, is the candidate policy (Config.PolicyNext).
+	next *policy.Snapshot
 }
 
 // swapPolicy is a policy source a test changes while the verifier runs.
@@ -139,9 +143,13 @@ func startVerifier(t *testing.T, o envOpt) *env {
 	if o.keys != nil {
 		d = o.keys
 	}
+	val := &attesttest.Validator{Challenge: o.challenge}
+	if o.validator != nil {
+		val = o.validator
+	}
 	snap := &policy.Snapshot{
 		Digest:       "sha256:test",
-		Validators:   map[latchkeyv1.Variant]attest.Validator{latchkeyv1.Variant_VARIANT_TPM: &attesttest.Validator{Challenge: o.challenge}},
+		Validators:   map[latchkeyv1.Variant]attest.Validator{latchkeyv1.Variant_VARIANT_TPM: val},
 		ControlPlane: map[latchkeyv1.Variant]bool{latchkeyv1.Variant_VARIANT_TPM: o.controlPlane},
 	}
 	logs := &logtest.Buffer{}
@@ -166,6 +174,9 @@ func startVerifier(t *testing.T, o envOpt) *env {
 		MaxInFlight: o.maxInFlight, Metrics: o.metrics, ChallengeTimeout: o.challengeTimeout}
 	if o.minter != nil {
 		cfg.Minter = o.minter
+	}
+	if o.next != nil {
+		cfg.PolicyNext = policy.NewStatic(o.next)
 	}
 	svc, err := service.New(cfg)
 	if err != nil {

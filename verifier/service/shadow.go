@@ -2,8 +2,6 @@ package service
 
 import (
 	"github.com/latchkey/latchkey/attest"
-	"github.com/latchkey/latchkey/attest/snp"
-	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -13,8 +11,7 @@ import (
 const (
 	ShadowAccepted = "accepted"
 	ShadowRefused  = "refused"
-	// ShadowUnknown: the candidate policy has no section for the variant,
-	// or its validator cannot judge a state on its own.
+	// ShadowUnknown: the candidate policy has no section for the variant.
 	ShadowUnknown = "unknown"
 )
 
@@ -24,8 +21,8 @@ const (
 // nothing about the join: the shadow only reports.
 //
 // What the shadow judges is the policy step (PCRs, components, SNP
-// measurement, guest policy and TCB: CheckPolicy), on evidence the
-// enforced policy verified. Key trust (EK CA roots, AK pins, SNP roots) is
+// measurement, guest policy and TCB): the candidate validator's
+// CheckPolicy on the state the enforced validator's Verify returned. Key trust (EK CA roots, AK pins, SNP roots) is
 // the enforced policy's; a candidate that changes only key trust shows
 // no difference here.
 func (s *Service) evalShadow(variant latchkeyv1.Variant, v *attest.Verified, out *outcome) {
@@ -36,31 +33,12 @@ func (s *Service) evalShadow(variant latchkeyv1.Variant, v *attest.Verified, out
 	out.shadowPolicy = next.Digest
 	out.shadowDecision, out.shadowReason = ShadowUnknown, "NONE"
 	if val, ok := next.Validators[variant]; ok {
-		if err, judged := checkState(val, v.State); judged {
-			out.shadowDecision = ShadowAccepted
-			if err != nil {
-				out.shadowDecision, out.shadowReason = ShadowRefused, attest.ReasonOf(err).String()
-			}
+		out.shadowDecision = ShadowAccepted
+		if err := val.CheckPolicy(v.State); err != nil {
+			out.shadowDecision, out.shadowReason = ShadowRefused, attest.ReasonOf(err).String()
 		}
 	}
 	s.cfg.Metrics.ShadowDecision(variant, out.shadowDecision, out.shadowReason)
-}
-
-// checkState runs a validator's policy step on a verified state of its
-// variant; judged is false when the validator or state has no policy step
-// of its own.
-func checkState(val attest.Validator, st attest.State) (err error, judged bool) {
-	switch sv := val.(type) {
-	case *tpm.Validator:
-		if ts, ok := st.(*tpm.State); ok {
-			return sv.CheckPolicy(ts), true
-		}
-	case *snp.Validator:
-		if ss, ok := st.(*snp.State); ok {
-			return sv.CheckPolicy(ss), true
-		}
-	}
-	return nil, false
 }
 
 // shadowAttrs are the audit line's shadow fields (none without a

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/snp"
 	"github.com/latchkey/latchkey/attest/snp/kubestore"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
@@ -75,7 +76,7 @@ func TestConfigMapStoreSharesCollateralBetweenReplicas(t *testing.T) {
 	if _, err := rand.Read(binding); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.Validate(ctx, s.EvidenceWithoutTable(binding), binding, nil); err != nil {
+	if _, err := attest.Validate(ctx, v, s.EvidenceWithoutTable(binding), binding, nil); err != nil {
 		t.Fatalf("replica B Validate: %v", err)
 	}
 }
