@@ -13,6 +13,7 @@ import (
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/internal/kubekey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/binding"
 )
@@ -30,10 +31,10 @@ func checkK8sKeyGeneration(t *testing.T, r *idRig, admin kubernetes.Interface, i
 		if err != nil {
 			t.Fatal(err)
 		}
-		return l.Annotations[binding.AnnotationKeyGeneration]
+		return l.Annotations[kubekey.AnnotationKeyGeneration]
 	}
 	if got := annotation(); got != "0" {
-		t.Fatalf("disk Lease %s = %q after a first join, want 0", binding.AnnotationKeyGeneration, got)
+		t.Fatalf("disk Lease %s = %q after a first join, want 0", kubekey.AnnotationKeyGeneration, got)
 	}
 	q := req("node-1", disk, true, false)
 	five := uint32(5)

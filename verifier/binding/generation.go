@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/latchkey/latchkey/internal/kubekey"
 	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
@@ -90,10 +91,10 @@ func (l *Leases) SetKeyGeneration(ctx context.Context, disk, identity string, ge
 	}
 	want := strconv.FormatUint(uint64(gen), 10)
 	return l.updateBound(ctx, Disk, disk, identity, func(lease *coordinationv1.Lease) bool {
-		if lease.Annotations[AnnotationKeyGeneration] == want {
+		if lease.Annotations[kubekey.AnnotationKeyGeneration] == want {
 			return false
 		}
-		lease.Annotations[AnnotationKeyGeneration] = want
+		lease.Annotations[kubekey.AnnotationKeyGeneration] = want
 		return true
 	})
 }

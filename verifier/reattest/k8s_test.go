@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchkey/latchkey/internal/k8stest"
+	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/internal/logtest"
 	"github.com/latchkey/latchkey/verifier/binding"
 )
@@ -61,7 +62,7 @@ func TestK8sTwoControllersOneLeader(t *testing.T) {
 			}
 			var got string
 			for _, tt := range n.Spec.Taints {
-				if tt.Key == TaintKey {
+				if tt.Key == kubekey.TaintUnattested {
 					got = tt.Value
 				}
 			}
