@@ -126,7 +126,9 @@ func generationLabel(r Record) string {
 // RetireBlockers returns the disk records that keep generation gen from
 // being retired: those that name it and those with no recorded
 // generation (a disk from before generations were recorded may be keyed
-// under any), sorted by disk UUID.
+// under any), sorted by disk UUID. Released records count: the disk may
+// still exist. `latchkey-verifier secret retire` refuses while any
+// remains.
 func RetireBlockers(records []Record, gen uint32) []Record {
 	var out []Record
 	for _, r := range records {
