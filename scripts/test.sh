@@ -3,7 +3,8 @@
 #   1. static checks: gofmt, go vet, generated protobuf code up to date,
 #      no tracked build outputs, shipped binaries free of test-only
 #      packages, the layer map (scripts/layercheck), log keys only from
-#      internal/logkey, Kubernetes keys only from internal/kubekey,
+#      internal/logkey, Kubernetes keys only from internal/kubekey, no
+#      time.Sleep in tests beyond scripts/test-sleep-allow.txt,
 #      shellcheck on every shell script, promtool on the monitoring rules;
 #   2. go test ./... : unit tests and the swtpm / cryptsetup integration
 #      tests (needs root for loop devices), plus a short fuzz run;
@@ -66,6 +67,8 @@ static_checks() {
   go test -count=1 -run '^(TestKeysAreConstants|TestScannerFindsEveryKeyForm|TestOneNamePerConcept)$' ./internal/logkey
   # One Kubernetes vocabulary: every latchkey.io/ label, annotation and taint key is an internal/kubekey constant.
   go test -count=1 -run '^(TestKeysLiveHere|TestScannerFindsEveryLiteral|TestOneKeyPerConcept)$' ./internal/kubekey
+  # No new fixed sleeps in tests: time.Sleep per test file within scripts/test-sleep-allow.txt.
+  go test -count=1 ./scripts/sleepcheck
   shell_lint
   monitoring_rules
   echo "static checks passed"
