@@ -4,8 +4,8 @@
 #      no tracked build outputs, shipped binaries free of test-only
 #      packages, the layer map (scripts/layercheck), log keys only from
 #      internal/logkey, Kubernetes keys only from internal/kubekey, no
-#      time.Sleep in tests beyond scripts/test-sleep-allow.txt,
-#      shellcheck on every shell script, promtool on the monitoring rules;
+#      time.Sleep in tests beyond scripts/test-sleep-allow.txt, a lint of
+#      every shell script (shellcheck), promtool on the monitoring rules;
 #   2. go test ./... : unit tests and the swtpm / cryptsetup integration
 #      tests (needs root for loop devices), plus a short fuzz run;
 #   3. systemd units and the image kit (systemd-analyze, debootstrap root);
