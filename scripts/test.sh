@@ -3,8 +3,9 @@
 #   1. static checks: gofmt, go vet, generated protobuf code up to date,
 #      no tracked build outputs, shipped binaries free of test-only
 #      packages, the layer map (scripts/layercheck), log keys only from
-#      internal/logkey, shellcheck on every shell script, promtool on the
-#      monitoring rules;
+#      internal/logkey, Kubernetes keys only from internal/kubekey, no
+#      time.Sleep in tests beyond scripts/test-sleep-allow.txt, a lint of
+#      every shell script (shellcheck), promtool on the monitoring rules;
 #   2. go test ./... : unit tests and the swtpm / cryptsetup integration
 #      tests (needs root for loop devices), plus a short fuzz run;
 #   3. systemd units and the image kit (systemd-analyze, debootstrap root);
@@ -65,6 +66,10 @@ static_checks() {
   go test -count=1 ./scripts/layercheck
   # One log vocabulary: every log key in the product is an internal/logkey constant.
   go test -count=1 -run '^(TestKeysAreConstants|TestScannerFindsEveryKeyForm|TestOneNamePerConcept)$' ./internal/logkey
+  # One Kubernetes vocabulary: every latchkey.io/ label, annotation and taint key is an internal/kubekey constant.
+  go test -count=1 -run '^(TestKeysLiveHere|TestScannerFindsEveryLiteral|TestOneKeyPerConcept)$' ./internal/kubekey
+  # No new fixed sleeps in tests: time.Sleep per test file within scripts/test-sleep-allow.txt.
+  go test -count=1 ./scripts/sleepcheck
   shell_lint
   monitoring_rules
   echo "static checks passed"

@@ -25,6 +25,7 @@ import (
 	"github.com/latchkey/latchkey/attest/snp/snptest"
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/logtest"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
@@ -202,7 +203,7 @@ func TestIdentityTwoTPMsSameCA(t *testing.T) {
 		t.Fatalf("node-1 bound to %q; audit: %s", id1, r.lastDecision(t))
 	}
 	lease, err := r.client.CoordinationV1().Leases("latchkey-system").Get(context.Background(), "node-node-1", metav1.GetOptions{})
-	if err != nil || lease.Annotations[binding.AnnotationTokenID] != first.Token[:6] || *lease.Spec.HolderIdentity != id1 {
+	if err != nil || lease.Annotations[kubekey.AnnotationTokenID] != first.Token[:6] || *lease.Spec.HolderIdentity != id1 {
 		t.Fatalf("node lease %+v: %v", lease, err)
 	}
 

@@ -158,8 +158,16 @@ func signingClientset(t testing.TB) *fake.Clientset {
 	return c
 }
 
+// sign signs cluster-info for the token, once its Secret is stored, as
+// the bootstrap signer does: the reactor that started it runs inside the
+// Secret's create, and the fake clientset serialises its actions, so the
+// Get returns when the create has finished.
 func sign(t testing.TB, c *fake.Clientset, id, secret string) {
-	time.Sleep(10 * time.Millisecond)
+	if _, err := c.CoreV1().Secrets(metav1.NamespaceSystem).Get(context.Background(),
+		bootstrapapi.BootstrapTokenSecretPrefix+id, metav1.GetOptions{}); err != nil {
+		t.Errorf("bootstrap signer: token %s: %v", id, err)
+		return
+	}
 	cms := c.CoreV1().ConfigMaps(metav1.NamespacePublic)
 	cm, err := cms.Get(context.Background(), bootstrapapi.ConfigMapClusterInfo, metav1.GetOptions{})
 	if err != nil {

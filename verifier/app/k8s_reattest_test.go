@@ -22,6 +22,7 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/k8stest"
+	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/internal/logtest"
 	"github.com/latchkey/latchkey/internal/yamltest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
@@ -37,7 +38,7 @@ func unattestedTaint(t *testing.T, c kubernetes.Interface, node string) *corev1.
 		t.Fatal(err)
 	}
 	for i := range n.Spec.Taints {
-		if n.Spec.Taints[i].Key == vreattest.TaintKey {
+		if n.Spec.Taints[i].Key == kubekey.TaintUnattested {
 			return &n.Spec.Taints[i]
 		}
 	}
@@ -165,12 +166,12 @@ func TestK8sReattestTaints(t *testing.T) {
 	next(reattest.Attested)
 	holdTaint(t, admin, node, "", time.Second)
 	l, err := admin.CoordinationV1().Leases(binding.DefaultNamespace).Get(context.Background(), "node-"+node, metav1.GetOptions{})
-	if err != nil || l.Annotations[binding.AnnotationDecision] != "attested" || !strings.HasPrefix(l.Annotations[binding.AnnotationEvidenceDigest], "sha256:") {
+	if err != nil || l.Annotations[kubekey.AnnotationDecision] != "attested" || !strings.HasPrefix(l.Annotations[kubekey.AnnotationEvidenceDigest], "sha256:") {
 		t.Fatalf("node lease %v: %v", l.GetAnnotations(), err)
 	}
 	// The shadow policy's would-be refusal is recorded; the node keeps its
 	// key (above) and stays untainted (held above).
-	if l.Annotations[binding.AnnotationShadowDecision] != "refused" || l.Annotations[binding.AnnotationShadowReason] != "PCR_MISMATCH" {
+	if l.Annotations[kubekey.AnnotationShadowDecision] != "refused" || l.Annotations[kubekey.AnnotationShadowReason] != "PCR_MISMATCH" {
 		t.Fatalf("shadow on the node lease: %v", l.Annotations)
 	}
 
@@ -185,8 +186,8 @@ func TestK8sReattestTaints(t *testing.T) {
 		t.Fatalf("effect %s, want NoSchedule", tt.Effect)
 	}
 	l, _ = admin.CoordinationV1().Leases(binding.DefaultNamespace).Get(context.Background(), "node-"+node, metav1.GetOptions{})
-	if l.Annotations[binding.AnnotationReason] != "PCR_MISMATCH" {
-		t.Fatalf("lease reason %q, want PCR_MISMATCH", l.Annotations[binding.AnnotationReason])
+	if l.Annotations[kubekey.AnnotationReason] != "PCR_MISMATCH" {
+		t.Fatalf("lease reason %q, want PCR_MISMATCH", l.Annotations[kubekey.AnnotationReason])
 	}
 	sim.Restart(t) // a reboot: the measurements are back
 	next(reattest.Attested)

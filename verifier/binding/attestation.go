@@ -7,32 +7,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/kubekey"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Annotations of a node Lease that record the node's latest
-// re-attestation. spec.renewTime is the time of the latest re-attestation
-// (or of the join that minted the node's token): what the taint controller
-// compares with reattest.deadline.
-const (
-	// AnnotationAttestedAt is the latest re-attestation's time (RFC 3339
-	// with nanoseconds, UTC).
-	AnnotationAttestedAt = "latchkey.io/attested-at"
-	// AnnotationEvidenceDigest is "sha256:<hex>" of its evidence.
-	AnnotationEvidenceDigest = "latchkey.io/evidence-digest"
-	// AnnotationDecision is DecisionAttested or DecisionRefused.
-	AnnotationDecision = "latchkey.io/decision"
-	// AnnotationReason is the refusal reason (a latchkey.v1.Reason name),
-	// "NONE" when attested.
-	AnnotationReason = "latchkey.io/reason"
-	// AnnotationShadowDecision and AnnotationShadowReason are the
-	// candidate policy's (policyNext) verdict on the same evidence:
-	// accepted, refused or unknown, and its reason; absent without a
-	// candidate. `latchkey-verifier policy diff` lists them.
-	AnnotationShadowDecision = "latchkey.io/shadow-decision"
-	AnnotationShadowReason   = "latchkey.io/shadow-reason"
-)
+// A node Lease records the node's latest re-attestation in the
+// internal/kubekey annotations: its time, evidence digest, decision and
+// reason (AnnotationAttestedAt, AnnotationEvidenceDigest,
+// AnnotationDecision, AnnotationReason) and the candidate policy's verdict
+// (AnnotationShadowDecision, AnnotationShadowReason). spec.renewTime is
+// the time of the latest re-attestation (or of the join that minted the
+// node's token): what the taint controller compares with
+// reattest.deadline.
 
 // Decisions a re-attestation records.
 const (
@@ -114,16 +101,16 @@ func (l *Leases) RecordAttestation(ctx context.Context, node, identity string, a
 		return err
 	}
 	return l.updateBoundNode(ctx, node, identity, func(lease *coordinationv1.Lease) {
-		lease.Annotations[AnnotationAttestedAt] = a.Time.UTC().Format(time.RFC3339Nano)
-		lease.Annotations[AnnotationEvidenceDigest] = a.EvidenceDigest
-		lease.Annotations[AnnotationDecision] = a.Decision
-		lease.Annotations[AnnotationReason] = a.Reason
+		lease.Annotations[kubekey.AnnotationAttestedAt] = a.Time.UTC().Format(time.RFC3339Nano)
+		lease.Annotations[kubekey.AnnotationEvidenceDigest] = a.EvidenceDigest
+		lease.Annotations[kubekey.AnnotationDecision] = a.Decision
+		lease.Annotations[kubekey.AnnotationReason] = a.Reason
 		if a.ShadowDecision != "" {
-			lease.Annotations[AnnotationShadowDecision] = a.ShadowDecision
-			lease.Annotations[AnnotationShadowReason] = a.ShadowReason
+			lease.Annotations[kubekey.AnnotationShadowDecision] = a.ShadowDecision
+			lease.Annotations[kubekey.AnnotationShadowReason] = a.ShadowReason
 		} else {
-			delete(lease.Annotations, AnnotationShadowDecision)
-			delete(lease.Annotations, AnnotationShadowReason)
+			delete(lease.Annotations, kubekey.AnnotationShadowDecision)
+			delete(lease.Annotations, kubekey.AnnotationShadowReason)
 		}
 		renew := metav1.NewMicroTime(a.Time)
 		lease.Spec.RenewTime = &renew
@@ -135,7 +122,7 @@ func (l *Leases) RecordAttestation(ctx context.Context, node, identity string, a
 // record is skipped (and counted in the error), not fatal: one bad object
 // must not blind the controller to every other node.
 func (l *Leases) NodeStatuses(ctx context.Context) ([]NodeStatus, error) {
-	ls, err := l.leases().List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy + "," + LabelKind + "=" + string(Node)})
+	ls, err := l.leases().List(ctx, metav1.ListOptions{LabelSelector: kubekey.LabelManagedBy + "=" + kubekey.ManagedBy + "," + kubekey.LabelBinding + "=" + string(Node)})
 	if err != nil {
 		return nil, fmt.Errorf("binding: list leases in %s: %w", l.ns, err)
 	}
@@ -164,14 +151,14 @@ func nodeStatus(lease *coordinationv1.Lease) (NodeStatus, error) {
 	if lease.Spec.RenewTime != nil {
 		st.Renewed = lease.Spec.RenewTime.Time
 	}
-	if at, ok := lease.Annotations[AnnotationAttestedAt]; ok {
+	if at, ok := lease.Annotations[kubekey.AnnotationAttestedAt]; ok {
 		t, err := time.Parse(time.RFC3339Nano, at)
 		if err != nil {
 			return NodeStatus{}, fmt.Errorf("binding: lease %s/%s: attested-at %.40q: %w", lease.Namespace, lease.Name, at, err)
 		}
-		a := Attestation{Time: t, EvidenceDigest: lease.Annotations[AnnotationEvidenceDigest],
-			Decision: lease.Annotations[AnnotationDecision], Reason: lease.Annotations[AnnotationReason],
-			ShadowDecision: lease.Annotations[AnnotationShadowDecision], ShadowReason: lease.Annotations[AnnotationShadowReason]}
+		a := Attestation{Time: t, EvidenceDigest: lease.Annotations[kubekey.AnnotationEvidenceDigest],
+			Decision: lease.Annotations[kubekey.AnnotationDecision], Reason: lease.Annotations[kubekey.AnnotationReason],
+			ShadowDecision: lease.Annotations[kubekey.AnnotationShadowDecision], ShadowReason: lease.Annotations[kubekey.AnnotationShadowReason]}
 		if err := validAttestation(a); err != nil {
 			return NodeStatus{}, fmt.Errorf("binding: lease %s/%s: %w", lease.Namespace, lease.Name, err)
 		}

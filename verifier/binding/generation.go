@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/latchkey/latchkey/internal/kubekey"
 	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
@@ -90,10 +91,10 @@ func (l *Leases) SetKeyGeneration(ctx context.Context, disk, identity string, ge
 	}
 	want := strconv.FormatUint(uint64(gen), 10)
 	return l.updateBound(ctx, Disk, disk, identity, func(lease *coordinationv1.Lease) bool {
-		if lease.Annotations[AnnotationKeyGeneration] == want {
+		if lease.Annotations[kubekey.AnnotationKeyGeneration] == want {
 			return false
 		}
-		lease.Annotations[AnnotationKeyGeneration] = want
+		lease.Annotations[kubekey.AnnotationKeyGeneration] = want
 		return true
 	})
 }
@@ -125,7 +126,9 @@ func generationLabel(r Record) string {
 // RetireBlockers returns the disk records that keep generation gen from
 // being retired: those that name it and those with no recorded
 // generation (a disk from before generations were recorded may be keyed
-// under any), sorted by disk UUID.
+// under any), sorted by disk UUID. Released records count: the disk may
+// still exist. `latchkey-verifier secret retire` refuses while any
+// remains.
 func RetireBlockers(records []Record, gen uint32) []Record {
 	var out []Record
 	for _, r := range records {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchkey/latchkey/internal/k8stest"
+	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/verifier/binding"
 )
 
@@ -31,7 +32,7 @@ func TestK8sLeaseStore(t *testing.T) {
 	// The records are Leases in latchkey-system an operator can read.
 	admin := k8stest.Load(t).Admin(t)
 	l, err := admin.CoordinationV1().Leases(binding.DefaultNamespace).Get(context.Background(), "node-"+prefix+"node-1", metav1.GetOptions{})
-	if err != nil || *l.Spec.HolderIdentity != idB || l.Labels[binding.LabelKind] != "node" {
+	if err != nil || *l.Spec.HolderIdentity != idB || l.Labels[kubekey.LabelBinding] != "node" {
 		t.Fatalf("lease %+v: %v", l, err)
 	}
 	// The narrow credential can touch no Lease outside its namespace.

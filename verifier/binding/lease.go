@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/internal/logkey"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,34 +22,11 @@ import (
 // DefaultNamespace is latchkey's own namespace for binding Leases.
 const DefaultNamespace = "latchkey-system"
 
-// Labels and annotations of a binding Lease.
-const (
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "latchkey"
-	// LabelKind is "node" or "disk".
-	LabelKind = "latchkey.io/binding"
-	// AnnotationName is the node name or disk UUID (the Lease's name may
-	// be a hash of a long node name).
-	AnnotationName = "latchkey.io/name"
-	// AnnotationIdentity is the bound machine identity (also the Lease's
-	// holderIdentity, which Kubernetes tools show).
-	AnnotationIdentity = "latchkey.io/identity"
-	// AnnotationTokenID is the last bootstrap token minted for a node.
-	AnnotationTokenID = "latchkey.io/token-id"
-	// AnnotationTokenRecorded and AnnotationTokenExpiry (RFC 3339) are
-	// when that token's ID was recorded (its Secret had just been
-	// written) and when it expires, so `tokens list` can show both
-	// without reading the token Secret, which the verifier may not.
-	AnnotationTokenRecorded = "latchkey.io/token-recorded-at"
-	AnnotationTokenExpiry   = "latchkey.io/token-expiry"
-	// AnnotationReleasedAt (RFC 3339) and AnnotationReleasedBy mark a
-	// released record; it has no identity and no token.
-	AnnotationReleasedAt = "latchkey.io/released-at"
-	AnnotationReleasedBy = "latchkey.io/released-by"
-	// AnnotationKeyGeneration is the master-secret generation a disk's
-	// last join named (decimal; absent: unknown).
-	AnnotationKeyGeneration = "latchkey.io/key-generation"
-)
+// The labels and annotations of a binding Lease are internal/kubekey's:
+// LabelBinding says the kind, AnnotationNodeName or AnnotationDiskUUID
+// the name (AnnotationLegacyName on records older verifiers wrote),
+// AnnotationIdentity the bound machine, and the token, release and
+// generation annotations what happened to it since.
 
 // LeaseConfig configures a Lease store.
 type LeaseConfig struct {
@@ -131,13 +109,13 @@ func (l *Leases) claim(ctx context.Context, kind Kind, name, identity string, ge
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        ObjectName(kind, name),
 			Namespace:   l.ns,
-			Labels:      map[string]string{LabelManagedBy: ManagedBy, LabelKind: string(kind)},
-			Annotations: map[string]string{AnnotationName: name, AnnotationIdentity: identity},
+			Labels:      map[string]string{kubekey.LabelManagedBy: kubekey.ManagedBy, kubekey.LabelBinding: string(kind)},
+			Annotations: map[string]string{nameKeys[kind]: name, kubekey.AnnotationIdentity: identity},
 		},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder},
 	}
 	if gen != nil {
-		lease.Annotations[AnnotationKeyGeneration] = strconv.FormatUint(uint64(*gen), 10)
+		lease.Annotations[kubekey.AnnotationKeyGeneration] = strconv.FormatUint(uint64(*gen), 10)
 	}
 	created, err := l.leases().Create(ctx, lease, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -184,11 +162,11 @@ func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string,
 			return nil
 		}
 		holder := identity
-		lease.Annotations[AnnotationIdentity] = identity
-		delete(lease.Annotations, AnnotationReleasedAt)
-		delete(lease.Annotations, AnnotationReleasedBy)
+		lease.Annotations[kubekey.AnnotationIdentity] = identity
+		delete(lease.Annotations, kubekey.AnnotationReleasedAt)
+		delete(lease.Annotations, kubekey.AnnotationReleasedBy)
 		if gen != nil {
-			lease.Annotations[AnnotationKeyGeneration] = strconv.FormatUint(uint64(*gen), 10)
+			lease.Annotations[kubekey.AnnotationKeyGeneration] = strconv.FormatUint(uint64(*gen), 10)
 		}
 		lease.Spec.HolderIdentity = &holder
 		now := metav1.NewMicroTime(time.Now())
@@ -233,14 +211,14 @@ func (l *Leases) SetToken(ctx context.Context, node, identity, tokenID string) e
 	}
 	var previous string
 	err := l.updateBoundNode(ctx, node, identity, func(lease *coordinationv1.Lease) {
-		previous = lease.Annotations[AnnotationTokenID]
-		lease.Annotations[AnnotationTokenID] = tokenID
+		previous = lease.Annotations[kubekey.AnnotationTokenID]
+		lease.Annotations[kubekey.AnnotationTokenID] = tokenID
 		at := time.Now()
-		lease.Annotations[AnnotationTokenRecorded] = at.UTC().Format(time.RFC3339)
+		lease.Annotations[kubekey.AnnotationTokenRecordedAt] = at.UTC().Format(time.RFC3339)
 		if l.ttl > 0 {
-			lease.Annotations[AnnotationTokenExpiry] = at.Add(l.ttl).UTC().Format(time.RFC3339)
+			lease.Annotations[kubekey.AnnotationTokenExpiry] = at.Add(l.ttl).UTC().Format(time.RFC3339)
 		} else {
-			delete(lease.Annotations, AnnotationTokenExpiry)
+			delete(lease.Annotations, kubekey.AnnotationTokenExpiry)
 		}
 		now := metav1.NewMicroTime(at)
 		lease.Spec.RenewTime = &now
@@ -268,7 +246,7 @@ func (l *Leases) ClearToken(ctx context.Context, node, tokenID string) error {
 		if err != nil {
 			return fmt.Errorf("binding: get lease %s/%s: %w", l.ns, name, err)
 		}
-		if lease.Annotations[AnnotationTokenID] != tokenID {
+		if lease.Annotations[kubekey.AnnotationTokenID] != tokenID {
 			return nil
 		}
 		deleteTokenAnnotations(lease)
@@ -283,9 +261,9 @@ func (l *Leases) ClearToken(ctx context.Context, node, tokenID string) error {
 }
 
 func deleteTokenAnnotations(lease *coordinationv1.Lease) {
-	delete(lease.Annotations, AnnotationTokenID)
-	delete(lease.Annotations, AnnotationTokenRecorded)
-	delete(lease.Annotations, AnnotationTokenExpiry)
+	delete(lease.Annotations, kubekey.AnnotationTokenID)
+	delete(lease.Annotations, kubekey.AnnotationTokenRecordedAt)
+	delete(lease.Annotations, kubekey.AnnotationTokenExpiry)
 }
 
 // updateBoundNode applies mutate to the node's Lease and writes it back,
@@ -351,10 +329,10 @@ func (l *Leases) Release(ctx context.Context, kind Kind, name, by string) (Recor
 	if !r.Bound() {
 		return Record{}, fmt.Errorf("%w: %s %s was already released", ErrNotFound, kind, name)
 	}
-	delete(lease.Annotations, AnnotationIdentity)
+	delete(lease.Annotations, kubekey.AnnotationIdentity)
 	deleteTokenAnnotations(lease)
-	lease.Annotations[AnnotationReleasedAt] = time.Now().UTC().Format(time.RFC3339)
-	lease.Annotations[AnnotationReleasedBy] = by
+	lease.Annotations[kubekey.AnnotationReleasedAt] = time.Now().UTC().Format(time.RFC3339)
+	lease.Annotations[kubekey.AnnotationReleasedBy] = by
 	lease.Spec.HolderIdentity = nil
 	if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 		return Record{}, fmt.Errorf("binding: release lease %s/%s (changed meanwhile? retry): %w", l.ns, obj, err)
@@ -366,7 +344,7 @@ func (l *Leases) Release(ctx context.Context, kind Kind, name, by string) (Recor
 // List implements Store; a Lease that is not a valid record is skipped
 // and reported (*SkippedError).
 func (l *Leases) List(ctx context.Context) ([]Record, error) {
-	ls, err := l.leases().List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy + "," + LabelKind})
+	ls, err := l.leases().List(ctx, metav1.ListOptions{LabelSelector: kubekey.LabelManagedBy + "=" + kubekey.ManagedBy + "," + kubekey.LabelBinding})
 	if err != nil {
 		return nil, fmt.Errorf("binding: list leases in %s: %w", l.ns, err)
 	}
@@ -390,11 +368,16 @@ func (l *Leases) leases() coordclient.LeaseInterface {
 // record reads a binding Lease, refusing one that does not look like
 // latchkey wrote it.
 func record(lease *coordinationv1.Lease) (Record, error) {
+	kind := Kind(lease.Labels[kubekey.LabelBinding])
+	name, err := recordName(lease, kind)
+	if err != nil {
+		return Record{}, err
+	}
 	r := Record{
-		Kind:     Kind(lease.Labels[LabelKind]),
-		Name:     lease.Annotations[AnnotationName],
-		Identity: lease.Annotations[AnnotationIdentity],
-		TokenID:  lease.Annotations[AnnotationTokenID],
+		Kind:     kind,
+		Name:     name,
+		Identity: lease.Annotations[kubekey.AnnotationIdentity],
+		TokenID:  lease.Annotations[kubekey.AnnotationTokenID],
 		Created:  lease.CreationTimestamp.Time,
 	}
 	if lease.Spec.AcquireTime != nil {
@@ -403,20 +386,20 @@ func record(lease *coordinationv1.Lease) (Record, error) {
 	// The token times are informational (`tokens list`): one that does
 	// not parse reads as unknown, not as an invalid record.
 	if r.TokenID != "" {
-		r.TokenRecorded, _ = time.Parse(time.RFC3339, lease.Annotations[AnnotationTokenRecorded])
-		r.TokenExpiry, _ = time.Parse(time.RFC3339, lease.Annotations[AnnotationTokenExpiry])
+		r.TokenRecorded, _ = time.Parse(time.RFC3339, lease.Annotations[kubekey.AnnotationTokenRecordedAt])
+		r.TokenExpiry, _ = time.Parse(time.RFC3339, lease.Annotations[kubekey.AnnotationTokenExpiry])
 	}
-	if at, ok := lease.Annotations[AnnotationReleasedAt]; ok {
+	if at, ok := lease.Annotations[kubekey.AnnotationReleasedAt]; ok {
 		t, err := time.Parse(time.RFC3339, at)
 		if err != nil {
 			return Record{}, fmt.Errorf("binding: lease %s/%s: released-at %q: %w", lease.Namespace, lease.Name, at, err)
 		}
-		r.Released, r.ReleasedBy = t, lease.Annotations[AnnotationReleasedBy]
+		r.Released, r.ReleasedBy = t, lease.Annotations[kubekey.AnnotationReleasedBy]
 	}
-	if g, ok := lease.Annotations[AnnotationKeyGeneration]; ok {
+	if g, ok := lease.Annotations[kubekey.AnnotationKeyGeneration]; ok {
 		n, err := parseGeneration(g)
 		if err != nil {
-			return Record{}, fmt.Errorf("binding: lease %s/%s: %s %q: %w", lease.Namespace, lease.Name, AnnotationKeyGeneration, g, err)
+			return Record{}, fmt.Errorf("binding: lease %s/%s: %s %q: %w", lease.Namespace, lease.Name, kubekey.AnnotationKeyGeneration, g, err)
 		}
 		r.KeyGeneration = &n
 	}
@@ -424,4 +407,37 @@ func record(lease *coordinationv1.Lease) (Record, error) {
 		return Record{}, fmt.Errorf("binding: lease %s/%s is not a latchkey binding record", lease.Namespace, lease.Name)
 	}
 	return r, nil
+}
+
+// nameKeys is the annotation that holds each kind's name: the node name,
+// the disk UUID.
+var nameKeys = map[Kind]string{Node: kubekey.AnnotationNodeName, Disk: kubekey.AnnotationDiskUUID}
+
+// recordName reads a record's name from its kind's annotation or, on a
+// Lease a verifier before those annotations wrote, from
+// kubekey.AnnotationLegacyName. A Lease that carries both with different
+// values, or the other kind's name annotation, is refused: which name it
+// binds is unexplained. A Lease of no known kind is left to record's
+// validation.
+func recordName(lease *coordinationv1.Lease, kind Kind) (string, error) {
+	key, ok := nameKeys[kind]
+	if !ok {
+		return lease.Annotations[kubekey.AnnotationLegacyName], nil
+	}
+	for k, other := range nameKeys {
+		if _, has := lease.Annotations[other]; has && k != kind {
+			return "", fmt.Errorf("binding: lease %s/%s: a %s record carries %s", lease.Namespace, lease.Name, kind, other)
+		}
+	}
+	name, has := lease.Annotations[key]
+	legacy, hasLegacy := lease.Annotations[kubekey.AnnotationLegacyName]
+	switch {
+	case has && hasLegacy && name != legacy:
+		return "", fmt.Errorf("binding: lease %s/%s: %s %q and %s %q disagree",
+			lease.Namespace, lease.Name, key, name, kubekey.AnnotationLegacyName, legacy)
+	case has:
+		return name, nil
+	default:
+		return legacy, nil
+	}
 }

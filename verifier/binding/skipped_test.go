@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/verifier/binding"
 )
 
@@ -126,13 +127,13 @@ func TestLeaseListSkipsBadRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Annotations[binding.AnnotationKeyGeneration] = "4294967295"
+	l.Annotations[kubekey.AnnotationKeyGeneration] = "4294967295"
 	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// A Lease with latchkey's labels that names nothing.
 	junk := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-junk", Namespace: binding.DefaultNamespace,
-		Labels: map[string]string{binding.LabelManagedBy: binding.ManagedBy, binding.LabelKind: "node"}}}
+		Labels: map[string]string{kubekey.LabelManagedBy: kubekey.ManagedBy, kubekey.LabelBinding: "node"}}}
 	if _, err := leases.Create(ctx, junk, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

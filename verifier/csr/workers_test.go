@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
-// runQueued hands every object to a worker, several at once, never one
+// runQueued hands every object to a worker, all n workers at once, never one
 // key to two workers at once, and returns when the context ends.
 func TestRunQueuedWorkers(t *testing.T) {
 	var objs []runtime.Object
@@ -30,6 +30,8 @@ func TestRunQueuedWorkers(t *testing.T) {
 	var mu sync.Mutex
 	seen, busy := map[string]int{}, map[string]bool{}
 	var now, peak atomic.Int32
+	busyAll := make(chan struct{})
+	allBusy := sync.OnceFunc(func() { close(busyAll) })
 	done := make(chan error, 1)
 	go func() {
 		done <- runQueued(ctx, inf, 4, func(_ context.Context, obj any) {
@@ -41,10 +43,19 @@ func TestRunQueuedWorkers(t *testing.T) {
 			busy[n] = true
 			seen[n]++
 			mu.Unlock()
-			if c := now.Add(1); c > peak.Load() {
-				peak.Store(c)
+			c := now.Add(1)
+			for p := peak.Load(); c > p && !peak.CompareAndSwap(p, c); p = peak.Load() {
 			}
-			time.Sleep(20 * time.Millisecond)
+			if c == 4 {
+				allBusy()
+			}
+			// Each handler holds its worker until all four are busy at
+			// once: a pool that ran fewer in parallel never gets there.
+			select {
+			case <-busyAll:
+			case <-time.After(10 * time.Second):
+				t.Errorf("%s: %d workers busy at once after 10s, want 4", n, now.Load())
+			}
 			now.Add(-1)
 			mu.Lock()
 			busy[n] = false
@@ -68,7 +79,7 @@ func TestRunQueuedWorkers(t *testing.T) {
 	if len(seen) != 40 {
 		t.Fatalf("handled %d of 40 nodes", len(seen))
 	}
-	if p := peak.Load(); p < 2 || p > 4 {
-		t.Fatalf("peak concurrency %d, want 2 to 4 workers", p)
+	if p := peak.Load(); p != 4 {
+		t.Fatalf("peak concurrency %d, want 4 workers", p)
 	}
 }

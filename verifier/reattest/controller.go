@@ -34,12 +34,10 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/internal/logkey"
 	"github.com/latchkey/latchkey/verifier/binding"
 )
-
-// TaintKey is the taint the controller manages.
-const TaintKey = "latchkey.io/unattested"
 
 // Effects Config.Effect accepts.
 const (
@@ -262,7 +260,7 @@ func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, state State,
 	var taints []corev1.Taint
 	has := false
 	for _, t := range n.Spec.Taints {
-		if t.Key == TaintKey {
+		if t.Key == kubekey.TaintUnattested {
 			has = true
 			if want && string(t.Effect) == c.cfg.Effect && t.Value == string(state) {
 				return nil
@@ -276,7 +274,7 @@ func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, state State,
 	}
 	if want {
 		now := metav1.NewTime(c.cfg.Now())
-		taints = append(taints, corev1.Taint{Key: TaintKey, Value: string(state), Effect: corev1.TaintEffect(c.cfg.Effect), TimeAdded: &now})
+		taints = append(taints, corev1.Taint{Key: kubekey.TaintUnattested, Value: string(state), Effect: corev1.TaintEffect(c.cfg.Effect), TimeAdded: &now})
 	}
 	if taints == nil {
 		taints = []corev1.Taint{}

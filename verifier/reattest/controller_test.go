@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/verifier/binding"
 )
 
@@ -53,7 +54,7 @@ func taintOf(t *testing.T, c *fake.Clientset, node string) *corev1.Taint {
 		t.Fatal(err)
 	}
 	for i := range n.Spec.Taints {
-		if n.Spec.Taints[i].Key == TaintKey {
+		if n.Spec.Taints[i].Key == kubekey.TaintUnattested {
 			return &n.Spec.Taints[i]
 		}
 	}

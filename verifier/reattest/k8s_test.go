@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/latchkey/latchkey/internal/k8stest"
+	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/internal/logtest"
 	"github.com/latchkey/latchkey/verifier/binding"
 )
@@ -33,10 +35,19 @@ func TestK8sTwoControllersOneLeader(t *testing.T) {
 	t.Cleanup(func() { admin.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
 	var mu sync.Mutex
 	st := binding.NodeStatus{Node: node, Identity: "x", Renewed: time.Now().Add(-time.Hour)}
-	statuses := statusFunc(func() []binding.NodeStatus { mu.Lock(); defer mu.Unlock(); return []binding.NodeStatus{st} })
+	// passes counts each replica's passes: a pass starts by reading the
+	// statuses, and a leader's passes run one after another, so pass n+1
+	// starting means pass n is done.
+	passes := map[string]*atomic.Int32{"a": {}, "b": {}}
 	lease := "latchkey-reattest-test-" + node
 	logs := &logtest.Buffer{}
 	start := func(id string) context.CancelFunc {
+		statuses := statusFunc(func() []binding.NodeStatus {
+			passes[id].Add(1)
+			mu.Lock()
+			defer mu.Unlock()
+			return []binding.NodeStatus{st}
+		})
 		ctl, err := New(Config{Client: c, Statuses: statuses, Identity: id, LeaseName: lease, Resync: 200 * time.Millisecond,
 			LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 500 * time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(logs, nil)).With("replica", id)})
@@ -61,7 +72,7 @@ func TestK8sTwoControllersOneLeader(t *testing.T) {
 			}
 			var got string
 			for _, tt := range n.Spec.Taints {
-				if tt.Key == TaintKey {
+				if tt.Key == kubekey.TaintUnattested {
 					got = tt.Value
 				}
 			}
@@ -71,13 +82,28 @@ func TestK8sTwoControllersOneLeader(t *testing.T) {
 		}
 		t.Fatalf("taint never became %q\n%s", want, logs)
 	}
+	// waitPasses waits until replica id has finished `more` passes after
+	// the `since` it had started.
+	waitPasses := func(id string, since, more int32) {
+		t.Helper()
+		for end := time.Now().Add(20 * time.Second); passes[id].Load() <= since+more; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("replica %s made %d passes, want over %d\n%s", id, passes[id].Load(), since+more, logs)
+			}
+		}
+	}
 	wait("stale")
 	el, err := admin.CoordinationV1().Leases(binding.DefaultNamespace).Get(context.Background(), lease, metav1.GetOptions{})
 	if err != nil || el.Spec.HolderIdentity == nil {
 		t.Fatalf("election lease: %+v %v", el, err)
 	}
 	leader := *el.Spec.HolderIdentity
-	time.Sleep(time.Second) // several passes of the leader; the other must not act
+	if leader != "a" && leader != "b" {
+		t.Fatalf("election lease held by %q", leader)
+	}
+	// Several passes of the leader with the taint in place; the other
+	// must not act.
+	waitPasses(leader, passes[leader].Load(), 3)
 	if leader == "a" {
 		stopA()
 	} else {
@@ -92,7 +118,9 @@ func TestK8sTwoControllersOneLeader(t *testing.T) {
 			t.Fatalf("no takeover after %s stopped: %+v\n%s", leader, el, logs)
 		}
 	}
-	time.Sleep(time.Second) // the new leader's passes find the taint in place
+	// The new leader's passes find the taint in place.
+	next := *el.Spec.HolderIdentity
+	waitPasses(next, passes[next].Load(), 3)
 	mu.Lock()
 	st.Renewed = time.Now()
 	mu.Unlock()

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	kubeadmconstants "k8s.io/kubernetes/cmd/kubeadm/app/constants"
 	cryptoutil "k8s.io/kubernetes/cmd/kubeadm/app/util/crypto"
+
+	"github.com/latchkey/latchkey/internal/kubekey"
 )
 
 // maxCertFile bounds each certificate or key file latchkey uploads.
@@ -58,7 +60,7 @@ func uploadCerts(ctx context.Context, c kubernetes.Interface, dir string, owner 
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            kubeadmconstants.KubeadmCertsSecret,
 			Namespace:       metav1.NamespaceSystem,
-			Labels:          map[string]string{LabelManagedBy: ManagedBy},
+			Labels:          map[string]string{kubekey.LabelManagedBy: kubekey.ManagedBy},
 			OwnerReferences: []metav1.OwnerReference{ownerRef(owner)},
 		},
 		Data: data,

@@ -6,7 +6,6 @@ import (
 	"encoding/pem"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/latchkey/latchkey/internal/pkitest"
 	corev1 "k8s.io/api/core/v1"
@@ -82,8 +81,10 @@ func (fc *fakeCluster) onWatch(a k8stesting.Action) (bool, watch.Interface, erro
 	if err != nil || fc.mode != signOnWatch {
 		return true, w, err
 	}
+	// The watch is registered with the tracker, so a signature written
+	// from now on is queued on it (a buffered channel) for the client,
+	// however soon the signing runs.
 	go func() {
-		time.Sleep(20 * time.Millisecond)
 		secrets, _ := fc.client.Tracker().List(corev1.SchemeGroupVersion.WithResource("secrets"),
 			corev1.SchemeGroupVersion.WithKind("Secret"), metav1.NamespaceSystem)
 		for _, s := range secrets.(*corev1.SecretList).Items {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
+	"github.com/latchkey/latchkey/internal/kubekey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/protocol"
 )
@@ -34,24 +35,16 @@ const (
 	// attested name from the request itself, with no state and no read
 	// access to token Secrets.
 	NodeGroupPrefix = "system:bootstrappers:latchkey:node:"
-
-	// LabelManagedBy marks the Secrets latchkey wrote.
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	// ManagedBy is the LabelManagedBy value.
-	ManagedBy = "latchkey"
-	// LabelNodeHash carries NodeHash(node) so an operator can list the
-	// tokens of one node (label values cannot hold every node name).
-	LabelNodeHash = "latchkey.io/node-hash"
-	// LabelRole is "worker" or "control-plane".
-	LabelRole = "latchkey.io/role"
-	// AnnotationNode is the attested node name.
-	AnnotationNode = "latchkey.io/node-name"
-	// AnnotationEvidence is the digest of the accepted evidence.
-	AnnotationEvidence = "latchkey.io/evidence-digest"
 )
 
+// A token Secret's labels and annotations are internal/kubekey's:
+// LabelManagedBy, LabelNodeHash (NodeHash of the node name, so an
+// operator can list one node's tokens), LabelRole, AnnotationNodeName
+// (the attested node name) and AnnotationEvidenceDigest (the digest of
+// the accepted evidence).
+
 // ManagedSelector selects the token Secrets latchkey wrote.
-const ManagedSelector = LabelManagedBy + "=" + ManagedBy
+const ManagedSelector = kubekey.LabelManagedBy + "=" + kubekey.ManagedBy
 
 // SecretName is the name of the Secret of the token with this ID.
 func SecretName(id string) string { return bootstrapapi.BootstrapTokenSecretPrefix + id }
@@ -126,7 +119,7 @@ func validateRequest(req Request) error {
 	return nil
 }
 
-// roleLabel is the LabelRole value (protocol's role names).
+// roleLabel is the kubekey.LabelRole value (protocol's role names).
 func roleLabel(r latchkeyv1.Role) string {
 	if r == latchkeyv1.Role_ROLE_CONTROL_PLANE {
 		return protocol.RoleControlPlane
@@ -134,7 +127,7 @@ func roleLabel(r latchkeyv1.Role) string {
 	return protocol.RoleWorker
 }
 
-// roleFromLabel reads LabelRole back; anything but control-plane is a
+// roleFromLabel reads kubekey.LabelRole back; anything but control-plane is a
 // worker, the token with fewer rights.
 func roleFromLabel(v string) latchkeyv1.Role {
 	if r, ok := protocol.ParseRole(v); ok {
@@ -163,13 +156,13 @@ func bootstrapSecret(id, secret string, req Request, expiry time.Time, signing b
 			Name:      bootstrapapi.BootstrapTokenSecretPrefix + id,
 			Namespace: metav1.NamespaceSystem,
 			Labels: map[string]string{
-				LabelManagedBy: ManagedBy,
-				LabelNodeHash:  NodeHash(req.NodeName),
-				LabelRole:      roleLabel(req.Role),
+				kubekey.LabelManagedBy: kubekey.ManagedBy,
+				kubekey.LabelNodeHash:  NodeHash(req.NodeName),
+				kubekey.LabelRole:      roleLabel(req.Role),
 			},
 			Annotations: map[string]string{
-				AnnotationNode:     req.NodeName,
-				AnnotationEvidence: req.EvidenceDigest,
+				kubekey.AnnotationNodeName:       req.NodeName,
+				kubekey.AnnotationEvidenceDigest: req.EvidenceDigest,
 			},
 		},
 		Type: bootstrapapi.SecretTypeBootstrapToken,
@@ -234,9 +227,9 @@ func ReadSecret(s *corev1.Secret) (info Info, ok bool) {
 	}
 	info = Info{
 		ID:             string(s.Data[bootstrapapi.BootstrapTokenIDKey]),
-		NodeName:       s.Annotations[AnnotationNode],
-		Role:           roleFromLabel(s.Labels[LabelRole]),
-		EvidenceDigest: s.Annotations[AnnotationEvidence],
+		NodeName:       s.Annotations[kubekey.AnnotationNodeName],
+		Role:           roleFromLabel(s.Labels[kubekey.LabelRole]),
+		EvidenceDigest: s.Annotations[kubekey.AnnotationEvidenceDigest],
 		Created:        s.CreationTimestamp.Time,
 	}
 	if raw, has := s.Data[bootstrapapi.BootstrapTokenExpirationKey]; has {

@@ -30,6 +30,7 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/benchtest"
 	"github.com/latchkey/latchkey/internal/k8stest"
+	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/internal/yamltest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/binding"
@@ -398,7 +399,7 @@ func liveTokens(b *testing.B, admin kubernetes.Interface) int {
 // name a token (the reaper clears a used one).
 func recordsNamingTokens(b *testing.B, admin kubernetes.Interface, nodes []*node) int {
 	l, err := admin.CoordinationV1().Leases(binding.DefaultNamespace).List(context.Background(),
-		metav1.ListOptions{LabelSelector: binding.LabelKind + "=" + string(binding.Node)})
+		metav1.ListOptions{LabelSelector: kubekey.LabelBinding + "=" + string(binding.Node)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -408,7 +409,7 @@ func recordsNamingTokens(b *testing.B, admin kubernetes.Interface, nodes []*node
 	}
 	c := 0
 	for _, lease := range l.Items {
-		if ours[lease.Name] && lease.Annotations[binding.AnnotationTokenID] != "" {
+		if ours[lease.Name] && lease.Annotations[kubekey.AnnotationTokenID] != "" {
 			c++
 		}
 	}

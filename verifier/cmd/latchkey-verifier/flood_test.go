@@ -142,6 +142,7 @@ func TestFloodHeadersAndStreams(t *testing.T) {
 // handshake timeout; real joins go on.
 func TestFloodConnectionsAndSlowClients(t *testing.T) {
 	r := newFloodRig(t, 16)
+	held := acceptedConns(t, r.rep.addr)
 	var idle []net.Conn
 	for range 16 {
 		c, err := net.Dial("tcp", r.rep.addr)
@@ -151,7 +152,9 @@ func TestFloodConnectionsAndSlowClients(t *testing.T) {
 		defer c.Close()
 		idle = append(idle, c)
 	}
-	time.Sleep(200 * time.Millisecond) // let the verifier accept them
+	// The verifier admits at Accept: once it has accepted all 16, the
+	// next one is over the limit.
+	waitAccepted(t, r.rep.addr, held+16)
 	extra, err := net.Dial("tcp", r.rep.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -178,4 +181,48 @@ func TestFloodConnectionsAndSlowClients(t *testing.T) {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// acceptedConns counts the established TCP connections on addr (an IPv4
+// listener) that a process has accepted: in /proc/net/tcp, a connection
+// still in the listen queue has no socket inode yet.
+func acceptedConns(t *testing.T, addr string) int {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const established = "01"
+	suffix := fmt.Sprintf(":%04X", p)
+	n := 0
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		f := strings.Fields(line)
+		if len(f) >= 10 && strings.HasSuffix(f[1], suffix) && f[3] == established && f[9] != "0" {
+			n++
+		}
+	}
+	return n
+}
+
+// waitAccepted waits until want connections on addr are accepted.
+func waitAccepted(t *testing.T, addr string, want int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		n := acceptedConns(t, addr)
+		if n >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the verifier accepted %d connections on %s, want %d", n, addr, want)
+		}
+	}
 }

@@ -5,14 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/cli"
 	"github.com/latchkey/latchkey/internal/localapi"
 	adminv1 "github.com/latchkey/latchkey/proto/latchkey/admin/v1"
+	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/exitcode"
 )
 
@@ -67,57 +66,82 @@ func secretRetire(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return reportAs(stderr, "secret retire", err)
 	}
+	return retireVerdict(resp, gen.v, stdout, stderr)
+}
+
+// retireVerdict judges the running verifier's listing of binding
+// records: generation gen may go only when every record was read (one
+// that could not be could be a disk still keyed under gen) and
+// binding.RetireBlockers, the store's own rule, finds no disk that names
+// gen or records no generation.
+func retireVerdict(resp *adminv1.ListBindingsResponse, gen uint32, stdout, stderr io.Writer) int {
+	const name = "latchkey-verifier secret retire"
 	if sk := resp.GetSkipped(); len(sk) > 0 {
 		fmt.Fprintf(stderr, "%s: %d binding record(s) cannot be read; not retiring generation %d while any is unreadable, "+
-			"since one could be a disk that still needs it. Repair or delete them, then retry:\n", name, len(sk), gen.v)
+			"since one could be a disk that still needs it. Repair or delete them, then retry:\n", name, len(sk), gen)
 		for _, s := range sk {
 			fmt.Fprintf(stderr, "  %s: %s\n", s.GetKey(), s.GetReason())
 		}
 		return exitcode.InUse
 	}
-	blockers, disks := retireBlockers(resp.GetBindings(), gen.v)
+	records := make([]binding.Record, 0, len(resp.GetBindings()))
+	disks := 0
+	for _, b := range resp.GetBindings() {
+		r := bindingRecord(b)
+		if r.Kind == binding.Disk {
+			disks++
+		}
+		records = append(records, r)
+	}
+	blockers := binding.RetireBlockers(records, gen)
 	if len(blockers) > 0 {
 		fmt.Fprintf(stderr, "%s: %d of %d disk records still name generation %d or record none; not retiring it. "+
-			"Each disk moves to the current generation at its next boot (and is recorded so at the one after):\n", name, len(blockers), disks, gen.v)
+			"Each disk moves to the current generation at its next boot (and is recorded so at the one after):\n", name, len(blockers), disks, gen)
 		writeBlockers(stderr, blockers)
 		return exitcode.InUse
 	}
 	fmt.Fprintf(stdout, "no disk record (of %d) names generation %d or lacks a generation: remove generation %d from masterSecrets on every replica and restart them\n",
-		disks, gen.v, gen.v)
+		disks, gen, gen)
 	return exitcode.OK
 }
 
-// retireBlockers returns the disk records that keep gen from being
-// retired, sorted by disk UUID, and how many disk records there are.
-func retireBlockers(bs []*adminv1.Binding, gen uint32) ([]*adminv1.Binding, int) {
-	var out []*adminv1.Binding
-	disks := 0
-	for _, b := range bs {
-		if b.GetKind() != adminv1.BindingKind_BINDING_KIND_DISK {
-			continue
-		}
-		disks++
-		if b.KeyGeneration == nil || b.GetKeyGeneration() == gen {
-			out = append(out, b)
-		}
+// bindingRecord is the store record an admin API binding describes, as
+// far as the retire rule reads it: a kind other than node or disk reads
+// as neither (it is no disk that could need a generation).
+func bindingRecord(b *adminv1.Binding) binding.Record {
+	r := binding.Record{Name: b.GetName(), Identity: b.GetIdentity(), TokenID: b.GetTokenId(), ReleasedBy: b.GetReleasedBy()}
+	switch b.GetKind() {
+	case adminv1.BindingKind_BINDING_KIND_DISK:
+		r.Kind = binding.Disk
+	case adminv1.BindingKind_BINDING_KIND_NODE:
+		r.Kind = binding.Node
 	}
-	slices.SortFunc(out, func(a, b *adminv1.Binding) int { return strings.Compare(a.GetName(), b.GetName()) })
-	return out, disks
+	if b.GetCreatedUnix() > 0 {
+		r.Created = time.Unix(b.GetCreatedUnix(), 0)
+	}
+	if b.GetReleasedUnix() > 0 {
+		r.Released = time.Unix(b.GetReleasedUnix(), 0)
+	}
+	if b.KeyGeneration != nil {
+		g := b.GetKeyGeneration()
+		r.KeyGeneration = &g
+	}
+	return r
 }
 
-func writeBlockers(w io.Writer, bs []*adminv1.Binding) {
+func writeBlockers(w io.Writer, rs []binding.Record) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DISK\tGENERATION\tIDENTITY")
-	for _, b := range bs {
+	for _, r := range rs {
 		g := "unknown"
-		if b.KeyGeneration != nil {
-			g = fmt.Sprint(b.GetKeyGeneration())
+		if r.KeyGeneration != nil {
+			g = fmt.Sprint(*r.KeyGeneration)
 		}
-		id := localapi.OrDash(b.GetIdentity())
-		if b.GetReleasedUnix() > 0 {
-			id = "released by " + localapi.OrDash(b.GetReleasedBy())
+		id := localapi.OrDash(r.Identity)
+		if !r.Released.IsZero() {
+			id = "released by " + localapi.OrDash(r.ReleasedBy)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", b.GetName(), g, id)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, g, id)
 	}
 	tw.Flush()
 }
