@@ -237,3 +237,30 @@ func CopyFlags(dst, src *flag.FlagSet, names ...string) {
 		dst.Var(f.Value, f.Name, f.Usage)
 	}
 }
+
+// Check parses args as the program would (command words, then that
+// command's flags) without running anything: a documented command line
+// that names a removed command or flag, or gives arguments to a command
+// that takes none, is an error.
+func (p *Program) Check(args []string) error {
+	if len(args) > 0 && args[0] == "help" {
+		return nil
+	}
+	if (len(args) == 0 || strings.HasPrefix(args[0], "-")) && p.Default != "" {
+		args = append(strings.Fields(p.Default), args...)
+	}
+	c, rest := p.find(args)
+	if c == nil {
+		return fmt.Errorf("%s: no command %q", p.Name, strings.Join(args, " "))
+	}
+	fs := p.flagSet(c)
+	c.Flags(fs)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(rest); err != nil {
+		return fmt.Errorf("%s %s: %w", p.Name, c.Name, err)
+	}
+	if c.Args == "" && fs.NArg() > 0 {
+		return fmt.Errorf("%s %s takes no arguments, got %q", p.Name, c.Name, fs.Args())
+	}
+	return nil
+}

@@ -68,3 +68,14 @@ func TestLogSettingsFromConfigFile(t *testing.T) {
 		}
 	}
 }
+
+// Every latchkey-agent command line in the quickstart parses with this
+// table: the command and each flag exist.
+func TestQuickstartCommandsParse(t *testing.T) {
+	if n := clitest.CheckDocCommands(t, &program, "../../../docs/quickstart.md"); n < 3 {
+		t.Fatalf("checked %d latchkey-agent commands in the quickstart, want at least 3", n)
+	}
+	if err := program.Check([]string{"measure", "--wipe-state-disk", "x"}); err == nil || !strings.Contains(err.Error(), "-wipe-state-disk") {
+		t.Fatalf("measure --wipe-state-disk: %v", err)
+	}
+}

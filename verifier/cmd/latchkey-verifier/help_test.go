@@ -73,3 +73,15 @@ func TestServeLogSettingsFromConfigFile(t *testing.T) {
 		}
 	}
 }
+
+// Every latchkey-verifier command line in the quickstart parses with
+// this table: the command and each flag exist.
+func TestQuickstartCommandsParse(t *testing.T) {
+	if n := clitest.CheckDocCommands(t, &program, "../../../docs/quickstart.md"); n < 4 {
+		t.Fatalf("checked %d latchkey-verifier commands in the quickstart, want at least 4", n)
+	}
+	// Not vacuous: a flag the command does not take is caught.
+	if err := program.Check([]string{"pin", "--listen", ":1"}); err == nil || !strings.Contains(err.Error(), "-listen") {
+		t.Fatalf("pin --listen: %v", err)
+	}
+}
