@@ -22,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/latchkey/latchkey/internal/localapi"
+	"github.com/latchkey/latchkey/internal/logging"
 	"github.com/latchkey/latchkey/internal/strictyaml"
 
 	"github.com/latchkey/latchkey/agent/reattest"
@@ -70,6 +71,9 @@ type Config struct {
 	// for `latchkey-agent status` after the process is gone (default
 	// /run/latchkey/agent/last.json; "-" disables it).
 	StatusFile string `json:"statusFile,omitempty"`
+	// Log sets the log level and format (log: {level, format});
+	// --log-level and --log-format override it.
+	Log logging.Config `json:"log,omitempty"`
 }
 
 // DefaultStatusFile is the default StatusFile, next to the status socket
@@ -226,6 +230,9 @@ func LoadFile(path string, explicit bool) (*Config, error) {
 func (c *Config) Validate() error {
 	if err := c.defaults(); err != nil {
 		return err
+	}
+	if err := c.Log.Validate(); err != nil {
+		return fmt.Errorf("log: %w", err)
 	}
 	if len(c.Verifiers) == 0 {
 		return errors.New("no verifier configured (verifiers:, latchkey.verifier= or --verifier)")

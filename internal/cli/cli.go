@@ -1,13 +1,16 @@
 // Package cli holds the command-line conventions both programs share:
-// --help exits 0 (the user asked for it), a flag error exits 2 (bad
-// usage), and a log level is checked before anything runs.
+// one command table per program (table.go) from which help, usage lines
+// and each command's flag list are generated; --help and `help` exit 0
+// (the user asked for it), a flag error or unknown command exits 2 (bad
+// usage); the log flags override the configuration file's log section.
 package cli
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+
+	"github.com/latchkey/latchkey/internal/logging"
 )
 
 // Exit codes every command of both programs uses for its command line.
@@ -17,20 +20,6 @@ const (
 	// ExitUsage: the command line (or configuration) is wrong.
 	ExitUsage = 2
 )
-
-// Parse parses args into fs. ok is false when the command must stop; code
-// is then what it exits with (ExitOK after -h/--help, ExitUsage for a
-// flag error, which fs has already printed).
-func Parse(fs *flag.FlagSet, args []string) (code int, ok bool) {
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return 0, true
-	case errors.Is(err, flag.ErrHelp):
-		return ExitOK, false
-	}
-	return ExitUsage, false
-}
 
 // CheckLogLevel refuses a --log-level slog does not know, instead of
 // quietly logging at info.
@@ -61,4 +50,33 @@ func Override(dst *string, v string) {
 	if v != "" {
 		*dst = v
 	}
+}
+
+// LogFlags are --log-level and --log-format, which override the
+// configuration file's log: section. Both default to empty (the file's
+// setting, else info-level text).
+type LogFlags struct{ Level, Format string }
+
+// RegisterLogFlags defines --log-level and --log-format on fs.
+func RegisterLogFlags(fs *flag.FlagSet) *LogFlags {
+	l := &LogFlags{}
+	fs.StringVar(&l.Level, "log-level", "", "debug, info, warn or error (overrides log.level; default info)")
+	fs.StringVar(&l.Format, "log-format", "", "text or json (overrides log.format; default text)")
+	return l
+}
+
+// Resolve lays the flags over the file's log section and checks the
+// result, naming the flag when a flag is wrong.
+func (l *LogFlags) Resolve(file logging.Config) (logging.Config, error) {
+	if err := CheckLogLevel(l.Level); l.Level != "" && err != nil {
+		return logging.Config{}, err
+	}
+	if err := (logging.Config{Format: l.Format}).Validate(); err != nil {
+		return logging.Config{}, fmt.Errorf("--log-format %q: want text or json", l.Format)
+	}
+	c := file.Override(logging.Config{Level: l.Level, Format: l.Format})
+	if err := c.Validate(); err != nil {
+		return logging.Config{}, fmt.Errorf("log: %w", err)
+	}
+	return c, nil
 }

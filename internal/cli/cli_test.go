@@ -1,32 +1,11 @@
 package cli
 
 import (
-	"flag"
-	"io"
 	"strings"
 	"testing"
-)
 
-func TestParseExitCodes(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		code int
-		ok   bool
-	}{
-		{[]string{"-v=1"}, 0, true},
-		{[]string{"--help"}, ExitOK, false},
-		{[]string{"-h"}, ExitOK, false},
-		{[]string{"--bogus"}, ExitUsage, false},
-	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		fs.Int("v", 0, "")
-		code, ok := Parse(fs, tc.args)
-		if code != tc.code || ok != tc.ok {
-			t.Errorf("%v: code %d ok %v, want %d %v", tc.args, code, ok, tc.code, tc.ok)
-		}
-	}
-}
+	"github.com/latchkey/latchkey/internal/logging"
+)
 
 func TestCheckLogLevel(t *testing.T) {
 	for _, l := range []string{"debug", "info", "warn", "error", "INFO"} {
@@ -54,5 +33,37 @@ func TestOverrideKeepsWhatAnEmptyFlagDoesNotSay(t *testing.T) {
 	Override(&v, "from-flag")
 	if v != "from-flag" {
 		t.Fatalf("the flag did not win: %q", v)
+	}
+}
+
+// The flags override the file's log section; a bad flag is named as the
+// flag, a bad file value as the log key.
+func TestLogFlagsResolve(t *testing.T) {
+	file := logging.Config{Level: "debug", Format: "json"}
+	for _, tc := range []struct {
+		flags   LogFlags
+		file    logging.Config
+		want    logging.Config
+		wantErr string
+	}{
+		{LogFlags{}, file, file, ""},
+		{LogFlags{Format: "text"}, file, logging.Config{Level: "debug", Format: "text"}, ""},
+		{LogFlags{Level: "error"}, file, logging.Config{Level: "error", Format: "json"}, ""},
+		{LogFlags{Level: "loud"}, file, logging.Config{}, `--log-level "loud": want debug, info, warn or error`},
+		{LogFlags{Format: "xml"}, file, logging.Config{}, `--log-format "xml": want text or json`},
+		{LogFlags{}, logging.Config{Format: "xml"}, logging.Config{}, `log: log format "xml": want text or json`},
+		// A good flag covers a bad file value: the flag wins.
+		{LogFlags{Format: "text"}, logging.Config{Format: "xml"}, logging.Config{Format: "text"}, ""},
+	} {
+		got, err := tc.flags.Resolve(tc.file)
+		if tc.wantErr != "" {
+			if err == nil || err.Error() != tc.wantErr {
+				t.Errorf("%+v over %+v: %v, want %q", tc.flags, tc.file, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%+v over %+v: %+v %v, want %+v", tc.flags, tc.file, got, err, tc.want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
-// Package logging builds the latchkey programs' logger: slog text on
-// stderr, with a syslog priority on every line when stderr is the journal
-// stream systemd connected, so journald files each entry at its level.
+// Package logging builds the latchkey programs' logger: slog text (or,
+// when asked, slog JSON for a log pipeline) on stderr, with a syslog
+// priority on every text line when stderr is the journal stream systemd
+// connected, so journald files each entry at its level.
 package logging
 
 import (
@@ -106,12 +107,66 @@ func priority(l slog.Level) int {
 	}
 }
 
-// NewLogger is the programs' logger: stderr, at level ("debug", "info",
-// "warn" or "error"; anything else is info), with levels journald sees.
-func NewLogger(level string) *slog.Logger {
+// Config is the log section of both programs' configuration files
+// (log: {level, format}); the --log-level and --log-format flags
+// override it. The zero value is info-level text.
+type Config struct {
+	// Level is debug, info (default), warn or error.
+	Level string `json:"level,omitempty"`
+	// Format is text (default; journald levels under systemd) or json
+	// (one slog JSON object per line, for a log pipeline).
+	Format string `json:"format,omitempty"`
+}
+
+// Formats the Format setting accepts.
+const (
+	FormatText = "text"
+	FormatJSON = "json"
+)
+
+// Validate refuses a level or format this package does not know, instead
+// of quietly logging at info or as text.
+func (c Config) Validate() error {
+	if c.Level != "" {
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(c.Level)); err != nil {
+			return fmt.Errorf("log level %q: want debug, info, warn or error", c.Level)
+		}
+	}
+	switch c.Format {
+	case "", FormatText, FormatJSON:
+		return nil
+	}
+	return fmt.Errorf("log format %q: want text or json", c.Format)
+}
+
+// Override returns c with the non-empty fields of o (the flags) on top.
+func (c Config) Override(o Config) Config {
+	if o.Level != "" {
+		c.Level = o.Level
+	}
+	if o.Format != "" {
+		c.Format = o.Format
+	}
+	return c
+}
+
+// New is the programs' logger on stderr as c asks; an invalid c (which
+// Validate refuses first) logs info-level text.
+func New(c Config) *slog.Logger {
+	return slog.New(NewHandler(os.Stderr, c))
+}
+
+// NewHandler is New's handler on w: JSON when asked (JSON carries its
+// own "level" field, so no journal prefix), else NewLogHandler.
+func NewHandler(w *os.File, c Config) slog.Handler {
 	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
+	if err := l.UnmarshalText([]byte(c.Level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(NewLogHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	opts := &slog.HandlerOptions{Level: l}
+	if c.Format == FormatJSON {
+		return slog.NewJSONHandler(w, opts)
+	}
+	return NewLogHandler(w, opts)
 }

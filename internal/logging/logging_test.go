@@ -1,6 +1,7 @@
 package logging
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -62,5 +63,49 @@ func TestOtherStreamIsPlainText(t *testing.T) {
 	got := lines(t, f)
 	if len(got) != 1 || !strings.HasPrefix(got[0], "time=") || !strings.HasSuffix(got[0], "level=INFO msg=open") {
 		t.Fatalf("got %q, want a plain text line with time", got)
+	}
+}
+
+// format: json is slog JSON, one object a line, at the configured level,
+// with no journal prefix even on the journal stream (the JSON carries its
+// own level).
+func TestJSONFormat(t *testing.T) {
+	f, stream := logFile(t)
+	t.Setenv("JOURNAL_STREAM", stream)
+	log := slog.New(NewHandler(f, Config{Level: "warn", Format: FormatJSON}))
+	log.Info("hidden")
+	log.Warn("slow", "node", "n1")
+	got := lines(t, f)
+	if len(got) != 1 {
+		t.Fatalf("got %q, want one line (info is below warn)", got)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(got[0]), &m); err != nil {
+		t.Fatalf("not JSON: %q: %v", got[0], err)
+	}
+	if m["level"] != "WARN" || m["msg"] != "slow" || m["node"] != "n1" || m["time"] == nil {
+		t.Fatalf("got %v", m)
+	}
+}
+
+func TestConfigValidateAndOverride(t *testing.T) {
+	for _, tc := range []struct {
+		c    Config
+		want string
+	}{
+		{Config{}, ""},
+		{Config{Level: "debug", Format: "json"}, ""},
+		{Config{Level: "loud"}, `log level "loud": want debug, info, warn or error`},
+		{Config{Format: "JSON"}, `log format "JSON": want text or json`},
+		{Config{Format: "logfmt"}, `log format "logfmt": want text or json`},
+	} {
+		err := tc.c.Validate()
+		if (err == nil) != (tc.want == "") || (err != nil && err.Error() != tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.c, err, tc.want)
+		}
+	}
+	got := Config{Level: "debug", Format: "json"}.Override(Config{Format: "text"})
+	if got != (Config{Level: "debug", Format: "text"}) {
+		t.Fatalf("override: %+v", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/latchkey/latchkey/internal/duration"
 	"github.com/latchkey/latchkey/internal/localapi"
+	"github.com/latchkey/latchkey/internal/logging"
 	"github.com/latchkey/latchkey/verifier/service"
 )
 
@@ -70,6 +71,9 @@ type Config struct {
 	// Reattest configures the taint controller of continuous
 	// re-attestation (Kubernetes mode only).
 	Reattest Reattest `json:"reattest,omitempty"`
+	// Log sets the log level and format (log: {level, format});
+	// --log-level and --log-format override it.
+	Log logging.Config `json:"log,omitempty"`
 }
 
 // Limits bound the join port. Zero means the default; every default is
@@ -205,6 +209,9 @@ func (c *Config) Defaults() {
 // Validate fills defaults and checks required fields.
 func (c *Config) Validate() error {
 	c.Defaults()
+	if err := c.Log.Validate(); err != nil {
+		return fmt.Errorf("log: %w", err)
+	}
 	if c.Policy == "" {
 		return errors.New("no policy file configured (policy: or --policy)")
 	}

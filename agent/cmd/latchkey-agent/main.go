@@ -4,13 +4,15 @@
 //
 //	latchkey-agent [run] [flags]   one boot (the systemd unit's command)
 //	latchkey-agent measure         print this machine's reference values
-//	latchkey-agent status          ask the running agent where it stands
+//	latchkey-agent status [--json] ask the running agent where it stands
+//	latchkey-agent help [COMMAND]  every command, or one command's flags
 //
 // Exit codes are documented in agent/exitcode.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -43,46 +45,69 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	if cli.IsVersion(args) {
-		fmt.Fprintln(stdout, version.String("latchkey-agent"))
-		return exitcode.OK
-	}
-	cmd := "run"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
-	}
-	switch cmd {
-	case "run":
-		return runBoot(args, stdout, stderr)
-	case "measure":
-		return runMeasure(args, stdout, stderr)
-	case "status":
-		return runStatus(args, stdout, stderr)
-	default:
-		fmt.Fprintf(stderr, "latchkey-agent: unknown command %q (run, measure, status)\n", cmd)
-		return exitcode.BadConfig
+// program is the agent's command table: help, usage lines and every
+// command's flag list come from it.
+// (Set in init: the runners refer to it for their usage lines.)
+var program cli.Program
+
+func init() { program = agentProgram() }
+
+func agentProgram() cli.Program {
+	return cli.Program{
+		Name:    "latchkey-agent",
+		Default: "run",
+		Commands: []cli.Command{
+			{Name: "run", Summary: "one boot: attest, open the state disk, join (the unit's command; the default)", Flags: runFlags},
+			{Name: "measure", Summary: "print this machine's reference values as a policy snippet", Flags: measureFlags},
+			{Name: "status", Summary: "where the running agent stands, or how its last boot ended (exit 1 unless running or ready)", Flags: statusFlags},
+			{Name: "version", Summary: "print the version", Flags: versionFlags},
+		},
+		Footer: "Exit codes: docs/configuration.md, \"Exit codes\".",
 	}
 }
 
-func runBoot(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("latchkey-agent run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func run(args []string, stdout, stderr io.Writer) int {
+	if cli.IsVersion(args) {
+		return versionFlags(nil)(nil, stdout, stderr)
+	}
+	return program.Main(args, stdout, stderr)
+}
+
+func versionFlags(*flag.FlagSet) cli.Runner {
+	return func(_ []string, stdout, _ io.Writer) int {
+		fmt.Fprintln(stdout, version.String("latchkey-agent"))
+		return exitcode.OK
+	}
+}
+
+func runFlags(fs *flag.FlagSet) cli.Runner {
 	var f config.Flags
 	f.Register(fs)
-	logLevel := registerLogLevel(fs)
-	if code, ok := cli.Parse(fs, args); !ok {
-		return code
+	lf := cli.RegisterLogFlags(fs)
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 0 {
+			fmt.Fprintf(stderr, "%s: unexpected argument %q\n", program.Usage("run"), args[0])
+			return exitcode.BadConfig
+		}
+		return runBoot(&f, lf, stdout, stderr)
 	}
-	if err := cli.CheckLogLevel(*logLevel); err != nil {
-		fmt.Fprintln(stderr, "latchkey-agent:", err)
-		return exitcode.BadConfig
-	}
-	log := logging.NewLogger(*logLevel)
+}
+
+func runBoot(f *config.Flags, lf *cli.LogFlags, stdout, stderr io.Writer) int {
 	cfg, err := f.Load()
 	if err == nil {
 		err = cfg.Validate()
 	}
+	var fileLog logging.Config
+	if cfg != nil {
+		fileLog = cfg.Log
+	}
+	logCfg, lerr := lf.Resolve(fileLog)
+	if lerr != nil {
+		fmt.Fprintln(stderr, "latchkey-agent:", lerr)
+		return exitcode.BadConfig
+	}
+	log := logging.New(logCfg)
 	if err != nil {
 		log.Error("bad configuration", logkey.Error, err.Error())
 		if cfg != nil {
@@ -94,12 +119,6 @@ func runBoot(args []string, stdout, stderr io.Writer) int {
 		return exitcode.BadConfig
 	}
 	return boot(cfg, log, stdout)
-}
-
-// registerLogLevel is --log-level: how much the agent logs is not part
-// of its configuration.
-func registerLogLevel(fs *flag.FlagSet) *string {
-	return fs.String("log-level", "info", "debug, info, warn or error")
 }
 
 func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
@@ -222,49 +241,80 @@ func serveStatus(path string, state *app.State, log *slog.Logger) func() {
 	}
 }
 
-func runMeasure(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("latchkey-agent measure", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// measureFlags takes only what reading this machine's values needs: the
+// TPM and the evidence variant, never a boot's flags (none of which,
+// like --wipe-state-disk, measure would honour).
+func measureFlags(fs *flag.FlagSet) cli.Runner {
 	var f config.Flags
-	f.Register(fs)
-	registerLogLevel(fs) // accepted, as run accepts it
-	if code, ok := cli.Parse(fs, args); !ok {
-		return code
-	}
-	cfg, err := f.Load()
-	if err != nil {
-		fmt.Fprintln(stderr, "latchkey-agent measure:", err)
-		return exitcode.BadConfig
-	}
-	if err := app.Measure(context.Background(), cfg, stdout); err != nil {
-		fmt.Fprintln(stderr, "latchkey-agent measure:", err)
-		return exitcode.Internal
-	}
-	return exitcode.OK
-}
-
-func runStatus(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("latchkey-agent status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	socket := fs.String("socket", localapi.AgentSocket, "the agent's status socket")
-	file := fs.String("status-file", config.DefaultStatusFile, "the last result the agent left when it exited, read when no agent answers on the socket")
-	if code, ok := cli.Parse(fs, args); !ok {
-		return code
-	}
-	st, err := askAgent(*socket)
-	if err == nil {
-		if err := adminapi.WriteStatus(stdout, st, time.Now()); err != nil {
+	all := flag.NewFlagSet("", flag.ContinueOnError)
+	f.Register(all)
+	cli.CopyFlags(fs, all, "config", "variant", "tpm-device", "kernel-cmdline")
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 0 {
+			fmt.Fprintf(stderr, "%s: unexpected argument %q\n", program.Usage("measure"), args[0])
+			return exitcode.BadConfig
+		}
+		cfg, err := f.Load()
+		if err != nil {
+			fmt.Fprintln(stderr, "latchkey-agent measure:", err)
+			return exitcode.BadConfig
+		}
+		if err := app.Measure(context.Background(), cfg, stdout); err != nil {
+			fmt.Fprintln(stderr, "latchkey-agent measure:", err)
 			return exitcode.Internal
 		}
 		return exitcode.OK
 	}
-	// No agent answers: it has exited (the unit runs it once per boot).
-	last, ferr := app.ReadLastResult(*file)
-	if ferr != nil {
-		fmt.Fprintf(stderr, "latchkey-agent status: no agent answers on %s (%v) and it left no last result (%v)\n", *socket, err, ferr)
-		return exitcode.Internal
+}
+
+// StatusNotReady is status's exit code when the agent is neither running
+// nor ended its last boot ready (failed, killed, or nothing known), so a
+// script or a health check can test it.
+const StatusNotReady = 1
+
+func statusFlags(fs *flag.FlagSet) cli.Runner {
+	socket := fs.String("socket", localapi.AgentSocket, "the agent's status socket")
+	file := fs.String("status-file", config.DefaultStatusFile, "the last result the agent left when it exited, read when no agent answers on the socket")
+	asJSON := fs.Bool("json", false, "print one JSON object (fields in docs/configuration.md, \"latchkey-agent status\")")
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 0 {
+			fmt.Fprintf(stderr, "%s: unexpected argument %q\n", program.Usage("status"), args[0])
+			return exitcode.BadConfig
+		}
+		return runStatus(*socket, *file, *asJSON, stdout, stderr)
 	}
+}
+
+func runStatus(socket, file string, asJSON bool, stdout, stderr io.Writer) int {
 	now := time.Now()
+	st, err := askAgent(socket)
+	if err == nil {
+		rep := newStatusReport("running", st, nil)
+		if asJSON {
+			return writeJSON(stdout, rep)
+		}
+		if err := adminapi.WriteStatus(stdout, st, now); err != nil {
+			return exitcode.Internal
+		}
+		return rep.exitCode()
+	}
+	// No agent answers: it has exited (the unit runs it once per boot).
+	last, ferr := app.ReadLastResult(file)
+	if ferr != nil {
+		fmt.Fprintf(stderr, "latchkey-agent status: no agent answers on %s (%v) and it left no last result (%v)\n", socket, err, ferr)
+		if asJSON {
+			writeJSON(stdout, statusReport{Source: "none", Result: "unknown", Error: ferr.Error()})
+		}
+		return StatusNotReady
+	}
+	result := last.Result
+	if result == "running" {
+		result = "not-answering" // killed, or still starting
+	}
+	rep := newStatusReport(result, last.AgentStatus(), last)
+	if asJSON {
+		return writeJSON(stdout, rep)
+	}
 	if last.Result == "running" {
 		fmt.Fprintf(stdout, "agent: not answering: pid %d started %s ago and left no result (killed, or still starting)\n",
 			last.PID, localapi.Ago(now, last.Finished.Unix()))
@@ -274,7 +324,80 @@ func runStatus(args []string, stdout, stderr io.Writer) int {
 	if err := adminapi.WriteStatus(stdout, last.AgentStatus(), now); err != nil {
 		return exitcode.Internal
 	}
-	return exitcode.OK
+	return rep.exitCode()
+}
+
+// statusReport is `status --json`. Its field names are a stable interface
+// (documented in docs/configuration.md); new fields may be added, none
+// renamed.
+type statusReport struct {
+	// Source is "agent" (the running agent answered), "last-result"
+	// (the file the exited agent left) or "none".
+	Source string `json:"source"`
+	// Result is "running", "ready", "failed", "stopped", "not-answering"
+	// or "unknown".
+	Result string `json:"result"`
+	// Stage is the boot stage (starting ... ready, failed).
+	Stage          string `json:"stage,omitempty"`
+	StageSince     string `json:"stageSince,omitempty"`
+	ExitCode       int    `json:"exitCode"`
+	Exit           string `json:"exit,omitempty"`
+	Node           string `json:"node,omitempty"`
+	DiskUUID       string `json:"diskUUID,omitempty"`
+	Rejoin         bool   `json:"rejoin"`
+	Variant        string `json:"variant,omitempty"`
+	Verifier       string `json:"verifier,omitempty"`
+	Attempt        uint32 `json:"attempt"`
+	EvidenceDigest string `json:"evidenceDigest,omitempty"`
+	TokenID        string `json:"tokenID,omitempty"`
+	Reason         string `json:"reason,omitempty"`
+	Error          string `json:"error,omitempty"`
+	Status         string `json:"status,omitempty"`
+	PID            int    `json:"pid,omitempty"`
+	// Ready is the exit-code decision: running, or the last boot ended
+	// ready.
+	Ready bool `json:"ready"`
+}
+
+func newStatusReport(result string, st *adminv1.AgentStatus, last *app.LastResult) statusReport {
+	r := statusReport{Source: "agent", Result: result,
+		Stage:    strings.ToLower(strings.TrimPrefix(st.GetStage().String(), "STAGE_")),
+		ExitCode: int(st.GetExitCode()), Node: st.GetNodeName(), DiskUUID: st.GetDiskUuid(), Rejoin: st.GetRejoin(),
+		Verifier: st.GetVerifierEndpoint(), Attempt: st.GetAttempt(), EvidenceDigest: st.GetEvidenceDigest(),
+		TokenID: st.GetTokenId(), Error: st.GetLastError(), Status: st.GetStatusLine()}
+	if st.GetStageSinceUnix() > 0 {
+		r.StageSince = time.Unix(st.GetStageSinceUnix(), 0).UTC().Format(time.RFC3339)
+	}
+	if v := st.GetVariant(); v != 0 {
+		r.Variant = strings.ToLower(strings.TrimPrefix(v.String(), "VARIANT_"))
+	}
+	if rs := st.GetLastReason(); rs != 0 {
+		r.Reason = rs.String()
+	}
+	if last != nil {
+		r.Source, r.Exit, r.PID = "last-result", last.Exit, last.PID
+		if r.Reason == "" {
+			r.Reason = last.Reason
+		}
+	}
+	r.Ready = (result == "running" && st.GetStage() != adminv1.Stage_STAGE_FAILED) || result == "ready"
+	return r
+}
+
+func (r statusReport) exitCode() int {
+	if r.Ready {
+		return exitcode.OK
+	}
+	return StatusNotReady
+}
+
+func writeJSON(w io.Writer, r statusReport) int {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return exitcode.Internal
+	}
+	return r.exitCode()
 }
 
 // askAgent asks the running agent for its status.

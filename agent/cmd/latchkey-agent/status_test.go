@@ -41,8 +41,11 @@ func TestStatusAfterExit(t *testing.T) {
 	}
 
 	// Nothing ran yet: status says so and fails.
-	if code, out := status(); code != exitcode.Internal || !strings.Contains(out, "left no last result") {
+	if code, out := status(); code != StatusNotReady || !strings.Contains(out, "left no last result") {
 		t.Fatalf("status before any run: %d %q", code, out)
+	}
+	if r, code := statusJSON(t, socket, file); code != StatusNotReady || r["source"] != "none" || r["ready"] != false {
+		t.Fatalf("status --json before any run: exit %d, %v", code, r)
 	}
 
 	code, out, _ := agentProcess(t, args(pin)...)
@@ -58,6 +61,10 @@ func TestStatusAfterExit(t *testing.T) {
 		}
 	}
 	checkFile(t, file, "ready", exitcode.OK)
+	if r, code := statusJSON(t, socket, file); code != exitcode.OK || r["result"] != "ready" || r["ready"] != true ||
+		r["source"] != "last-result" || r["evidenceDigest"] != digest || r["node"] != "n1" || r["variant"] != "tpm" {
+		t.Fatalf("status --json after a successful boot: exit %d, %v", code, r)
+	}
 
 	// A wrong pin: the agent exits 7, and status tells that, not the old
 	// success.
@@ -67,11 +74,15 @@ func TestStatusAfterExit(t *testing.T) {
 		t.Fatalf("wrong pin: exit %d\n%s", code, out)
 	}
 	code, st = status()
-	if code != exitcode.OK || !strings.Contains(st, ": failed") || !strings.Contains(st, "exit code:") ||
+	if code != StatusNotReady || !strings.Contains(st, ": failed") || !strings.Contains(st, "exit code:") ||
 		!strings.Contains(st, exitcode.Name(exitcode.VerifierNotAuthenticated)) || strings.Contains(st, digest) {
 		t.Fatalf("status after a wrong pin: exit %d\n%s", code, st)
 	}
 	checkFile(t, file, "failed", exitcode.VerifierNotAuthenticated)
+	if r, code := statusJSON(t, socket, file); code != StatusNotReady || r["result"] != "failed" || r["ready"] != false ||
+		r["exitCode"] != float64(exitcode.VerifierNotAuthenticated) || r["exit"] != exitcode.Name(exitcode.VerifierNotAuthenticated) {
+		t.Fatalf("status --json after a wrong pin: exit %d, %v", code, r)
+	}
 
 	// A bad configuration replaces it too.
 	code, _, _ = agentProcess(t, args(pin, "--node-name", "Bad_Name")...)
@@ -138,9 +149,39 @@ func TestStatusOfKilledAgent(t *testing.T) {
 	cmd.Wait()
 	killed = true
 	code, st, _ := agentProcess(t, "status", "--socket", socket, "--status-file", file)
-	if code != 0 || !strings.Contains(st, fmt.Sprintf("agent: not answering: pid %d started", cmd.Process.Pid)) || !strings.Contains(st, "left no result") {
+	if code != StatusNotReady || !strings.Contains(st, fmt.Sprintf("agent: not answering: pid %d started", cmd.Process.Pid)) || !strings.Contains(st, "left no result") {
 		t.Fatalf("status of a killed agent: exit %d\n%s", code, st)
 	}
+}
+
+// statusFields are `status --json`'s field names, documented in
+// docs/configuration.md: a stable interface, so a rename fails here.
+var statusFields = []string{"source", "result", "stage", "stageSince", "exitCode", "exit", "node", "diskUUID", "rejoin",
+	"variant", "verifier", "attempt", "evidenceDigest", "tokenID", "reason", "error", "status", "pid", "ready"}
+
+// statusJSON runs `status --json` and decodes it strictly (every field
+// one of statusFields).
+func statusJSON(t *testing.T, socket, file string) (map[string]any, int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "status", "--json", "--socket", socket, "--status-file", file)
+	cmd.Env = append(os.Environ(), "LATCHKEY_AGENT_TEST_MAIN=1")
+	out, err := cmd.Output()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	for k := range m {
+		if !slices.Contains(statusFields, k) {
+			t.Fatalf("status --json: undocumented field %q", k)
+		}
+	}
+	return m, code
 }
 
 // checkFile: the file is private, strictly decodable, and the directory

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/cli"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/binding"
 )
@@ -18,26 +19,29 @@ import (
 // on the same evidence, as the running verifiers recorded them; nodes the
 // candidate would refuse are marked. It reads the Leases with the
 // verifier's own credential and changes nothing.
-func policyDiffCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("policy diff", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func policyDiffCmd(fs *flag.FlagSet) cli.Runner {
 	config := fs.String("config", "", "verifier config file (default "+app.DefaultConfigPath+" when present)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig (default: the config's kubernetes.kubeconfig)")
 	onlyChanged := fs.Bool("changed", false, "list only nodes the candidate would decide differently")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: latchkey-verifier policy diff [--config FILE] [--kubeconfig FILE] [--changed]")
-		return 2
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 0 {
+			return usageError(stderr, "policy diff")
+		}
+		return policyDiff(*config, *kubeconfig, *onlyChanged, stdout, stderr)
 	}
-	cfg, err := (&serveFlags{config: *config}).loadFile()
+}
+
+func policyDiff(config, kubeconfig string, onlyChanged bool, stdout, stderr io.Writer) int {
+	cfg, err := (&serveFlags{config: config}).loadFile()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	if *kubeconfig != "" {
+	if kubeconfig != "" {
 		if cfg.Kubernetes == nil {
 			cfg.Kubernetes = &app.Kubernetes{}
 		}
-		cfg.Kubernetes.Kubeconfig = *kubeconfig
+		cfg.Kubernetes.Kubeconfig = kubeconfig
 	}
 	client, err := app.KubeClient(cfg)
 	if err != nil {
@@ -60,7 +64,7 @@ func policyDiffCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "policy diff:", err)
 		return 1
 	}
-	return writeDiff(stdout, sts, *onlyChanged, time.Now())
+	return writeDiff(stdout, sts, onlyChanged, time.Now())
 }
 
 // writeDiff prints the table; it returns 1 when the candidate would refuse

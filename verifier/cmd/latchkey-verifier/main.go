@@ -1,19 +1,11 @@
 // Command latchkey-verifier checks node evidence against the reference
 // policy and hands out disk keys and bootstrap tokens.
 //
-//	latchkey-verifier serve [--config FILE] [flags]
-//	latchkey-verifier pin [--config FILE]        print the serving SPKI pin
-//	latchkey-verifier policy check FILE          validate a policy file
-//	latchkey-verifier policy predict --uki FILE  print a UKI's reference values
-//	latchkey-verifier tokens list|revoke ID      tokens minted (admin API)
-//	latchkey-verifier bindings list | release --node NAME | --disk UUID
-//	                                             identity bindings (admin API)
-//	latchkey-verifier bindings migrate --from-dir DIR   copy a directory store into etcd
-//	latchkey-verifier store check                check the etcd store (identity.etcd)
-//	latchkey-verifier collateral fetch ...       fill the SNP collateral cache from AMD KDS
-//	latchkey-verifier secret init FILE | id | retire --generation N
-//	                                             create a master secret, print key IDs, check a retirement
-//	latchkey-verifier recover-key --disk-uuid U --out FILE   break-glass: one disk's key, offline
+//	latchkey-verifier serve [--config FILE] [flags]   the unit's command
+//	latchkey-verifier help [COMMAND]                  every command, or one command's flags
+//
+// The commands are the table in verifierProgram; help and each command's
+// flag list are generated from it (internal/cli).
 package main
 
 import (
@@ -46,24 +38,38 @@ import (
 	"github.com/latchkey/latchkey/verifier/servingcert"
 )
 
-// usageText is what --help prints.
-const usageText = `usage: latchkey-verifier COMMAND [flags]
+// program is the verifier's command table: help, usage lines and every
+// command's flag list come from it. (Set in init: the runners refer to it
+// for their usage lines.)
+var program cli.Program
 
-  serve [--config FILE]                      serve joins (the unit's command)
-  pin [--config FILE]                        print the serving SPKI pin agents need
-  policy check FILE                          validate a policy file locally
-  tokens list | revoke ID                    bootstrap tokens (admin socket)
-  bindings list | release --node N|--disk U  identity bindings (admin socket)
-  bindings migrate --from-dir DIR            copy a directory store into identity.etcd
-  store check                                connect to identity.etcd, check access, count records
-  collateral fetch --chip-id HEX --tcb N     fill the SNP collateral cache from AMD KDS
-  secret init [--generation N] FILE         create a master secret
-  secret id                                  print the key ID of every generation
-  secret retire --generation N               check no disk still needs generation N
-  recover-key --disk-uuid U --out FILE|-     break-glass: one disk's key, offline
-  --version                                  print the version
+func init() { program = verifierProgram() }
 
-"latchkey-verifier COMMAND --help" lists a command's flags.`
+func verifierProgram() cli.Program {
+	return cli.Program{
+		Name: "latchkey-verifier",
+		Commands: []cli.Command{
+			{Name: "serve", Summary: "serve joins (the unit's command)", Flags: serveCmd},
+			{Name: "pin", Summary: "print the serving SPKI pin agents need", Flags: pinCmd},
+			{Name: "policy check", Args: "FILE", Summary: "validate a policy file locally, as the verifier would load it", Flags: policyCheckCmd},
+			{Name: "policy diff", Summary: "each node's enforced decision next to the candidate policy's (Kubernetes mode)", Flags: policyDiffCmd},
+			{Name: "policy predict", Summary: "print a UKI's reference values as a policy snippet", Flags: predictCmd},
+			{Name: "tokens list", Summary: "bootstrap tokens minted (admin socket)", Flags: tokensCmd("list")},
+			{Name: "tokens revoke", Args: "ID", Summary: "revoke a bootstrap token (admin socket)", Flags: tokensCmd("revoke")},
+			{Name: "bindings list", Summary: "identity bindings (admin socket)", Flags: bindingsListCmd},
+			{Name: "bindings release", Summary: "release the binding of a node name or disk UUID (admin socket)", Flags: bindingsReleaseCmd},
+			{Name: "bindings migrate", Summary: "copy a directory store into identity.etcd", Flags: bindingsMigrate},
+			{Name: "store check", Summary: "connect to identity.etcd, check access, count records", Flags: storeCmd},
+			{Name: "collateral fetch", Summary: "fill the SNP collateral cache from AMD KDS (the only command using the network)", Flags: collateralCmd},
+			{Name: "secret init", Args: "FILE", Summary: "create a master secret", Flags: secretInit},
+			{Name: "secret id", Summary: "print the key ID of every master-secret generation", Flags: secretID},
+			{Name: "secret retire", Summary: "check that no disk still needs a generation", Flags: secretRetire},
+			{Name: "recover-key", Summary: "break-glass: one disk's key, offline", Flags: recoverKeyCmd},
+			{Name: "version", Summary: "print the version", Flags: versionCmd},
+		},
+		Footer: "Exit codes: docs/configuration.md, \"Exit codes\".",
+	}
+}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -71,55 +77,43 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if cli.IsVersion(args) {
+		return versionCmd(nil)(nil, stdout, stderr)
+	}
+	return program.Main(args, stdout, stderr)
+}
+
+func versionCmd(*flag.FlagSet) cli.Runner {
+	return func(_ []string, stdout, _ io.Writer) int {
 		fmt.Fprintln(stdout, version.String("latchkey-verifier"))
 		return exitcode.OK
 	}
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		fmt.Fprintln(stdout, usageText)
-		return exitcode.OK
-	}
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, usageText)
-		return exitcode.BadConfig
-	}
-	switch args[0] {
-	case "serve":
-		return serve(args[1:], stderr)
-	case "pin":
-		return pin(args[1:], stdout, stderr)
-	case "policy":
-		return policyCmd(args[1:], stdout, stderr)
-	case "tokens":
-		return tokensCmd(args[1:], stdout, stderr)
-	case "bindings":
-		return bindingsCmd(args[1:], stdout, stderr)
-	case "store":
-		return storeCmd(args[1:], stdout, stderr) // store.go
-	case "collateral":
-		return collateralCmd(args[1:], stdout, stderr)
-	case "secret":
-		return secretCmd(args[1:], stdout, stderr)
-	case "recover-key":
-		return recoverKeyCmd(args[1:], stdout, stderr)
-	default:
-		fmt.Fprintf(stderr, "latchkey-verifier: unknown command %q\n", args[0])
-		return exitcode.BadConfig
-	}
+}
+
+// usageError prints name's usage line and returns the usage exit code.
+func usageError(stderr io.Writer, name string) int {
+	fmt.Fprintln(stderr, program.Usage(name))
+	return exitcode.BadConfig
 }
 
 // serveFlags override the config file.
 type serveFlags struct {
-	config, listen, policy, stateDir, masterSecret, salt, logLevel string
+	config, listen, policy, stateDir, masterSecret, salt string
 }
 
-func (f *serveFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.config, "config", "", "config file (default "+app.DefaultConfigPath+" if it exists)")
-	fs.StringVar(&f.listen, "listen", "", "join address host:port (default :7443)")
-	fs.StringVar(&f.policy, "policy", "", "policy file")
-	fs.StringVar(&f.stateDir, "state-dir", "", "directory of the self-managed serving key")
-	fs.StringVar(&f.masterSecret, "master-secret-file", "", "master secret file (default: systemd credential latchkey-master-secret)")
-	fs.StringVar(&f.salt, "cluster-salt", "", "this cluster's HKDF salt")
-	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+// register defines the named flags of the group on fs (all of them when
+// none is named): each command takes only the ones it uses.
+func (f *serveFlags) register(fs *flag.FlagSet, names ...string) {
+	all := flag.NewFlagSet("", flag.ContinueOnError)
+	all.StringVar(&f.config, "config", "", "config file (default "+app.DefaultConfigPath+" if it exists)")
+	all.StringVar(&f.listen, "listen", "", "join address host:port (default :7443)")
+	all.StringVar(&f.policy, "policy", "", "policy file")
+	all.StringVar(&f.stateDir, "state-dir", "", "directory of the self-managed serving key")
+	all.StringVar(&f.masterSecret, "master-secret-file", "", "master secret file (default: systemd credential latchkey-master-secret)")
+	all.StringVar(&f.salt, "cluster-salt", "", "this cluster's HKDF salt")
+	if len(names) == 0 {
+		names = cli.FlagNames(all)
+	}
+	cli.CopyFlags(fs, all, names...)
 }
 
 func (f *serveFlags) load() (*app.Config, error) {
@@ -155,27 +149,37 @@ func (f *serveFlags) loadFile() (*app.Config, error) {
 	return cfg, nil
 }
 
-func serve(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("latchkey-verifier serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func serveCmd(fs *flag.FlagSet) cli.Runner {
 	var f serveFlags
 	f.register(fs)
-	if code, ok := cli.Parse(fs, args); !ok {
-		return code
+	lf := cli.RegisterLogFlags(fs)
+	return func(args []string, _, stderr io.Writer) int {
+		if len(args) != 0 {
+			return usageError(stderr, "serve")
+		}
+		return serve(&f, lf, stderr)
 	}
-	if err := cli.CheckLogLevel(f.logLevel); err != nil {
+}
+
+func serve(f *serveFlags, lf *cli.LogFlags, stderr io.Writer) int {
+	cfg, cfgErr := f.load()
+	var fileLog logging.Config
+	if cfg != nil {
+		fileLog = cfg.Log
+	}
+	logCfg, err := lf.Resolve(fileLog)
+	if err != nil {
 		fmt.Fprintln(stderr, "latchkey-verifier serve:", err)
 		return exitcode.BadConfig
 	}
-	log := logging.NewLogger(f.logLevel)
+	log := logging.New(logCfg)
 	// fail logs why serve gives up and under which exit code.
 	fail := func(code int, msg string, err error) int {
 		log.Error(msg, logkey.Exit, exitcode.Name(code), logkey.Error, err.Error())
 		return code
 	}
-	cfg, err := f.load()
-	if err != nil {
-		return fail(exitcode.BadConfig, "bad configuration", err)
+	if cfgErr != nil {
+		return fail(exitcode.BadConfig, "bad configuration", cfgErr)
 	}
 	lis, err := activatedListener()
 	if err != nil {
@@ -217,14 +221,18 @@ func activatedListener() (net.Listener, error) {
 	return socks.One("join")
 }
 
-func pin(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("latchkey-verifier pin", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func pinCmd(fs *flag.FlagSet) cli.Runner {
 	var f serveFlags
-	f.register(fs)
-	if code, ok := cli.Parse(fs, args); !ok {
-		return code
+	f.register(fs, "config", "state-dir")
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 0 {
+			return usageError(stderr, "pin")
+		}
+		return pin(&f, stdout, stderr)
 	}
+}
+
+func pin(f *serveFlags, stdout, stderr io.Writer) int {
 	cfg, err := f.loadFile()
 	if err != nil {
 		fmt.Fprintln(stderr, "latchkey-verifier pin:", err)
@@ -246,37 +254,35 @@ func pin(args []string, stdout, stderr io.Writer) int {
 	return exitcode.OK
 }
 
-const policyUsage = "usage: latchkey-verifier policy check FILE | policy diff [--config FILE] [--kubeconfig FILE] [--changed] | policy predict --uki FILE [--boot-loader FILE]... [--cmdline TEXT]... [--phase PHASE]... [--stub 252|254] [--secure-boot-off]"
+func policyCheckCmd(*flag.FlagSet) cli.Runner {
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 1 {
+			return usageError(stderr, "policy check")
+		}
+		return policyCheck(args[0], stdout, stderr)
+	}
+}
 
-func policyCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "predict" {
-		return predictCmd(args[1:], stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "diff" {
-		return policyDiffCmd(args[1:], stdout, stderr)
-	}
-	if len(args) != 2 || args[0] != "check" {
-		fmt.Fprintln(stderr, policyUsage)
-		return exitcode.BadConfig
-	}
+// policyCheck validates one policy file.
+func policyCheck(file string, stdout, stderr io.Writer) int {
 	// Checked in this process: the same parser and compiler the verifier
 	// loads with, without touching the running verifier's policy.
-	snap, err := policy.LoadFile(args[1], policy.Deps{})
+	snap, err := policy.LoadFile(file, policy.Deps{})
 	if err != nil {
-		fmt.Fprintf(stderr, "policy %s is invalid: %v\n", args[1], err)
+		fmt.Fprintf(stderr, "policy %s is invalid: %v\n", file, err)
 		return exitcode.Failed
 	}
-	data, _ := policy.ReadFile(args[1])
+	data, _ := policy.ReadFile(file)
 	if p, err := policy.Parse(data); err == nil {
 		if findings := policy.Lint(p); len(findings) > 0 {
 			for _, f := range findings {
-				fmt.Fprintf(stderr, "policy %s: %s\n", args[1], f)
+				fmt.Fprintf(stderr, "policy %s: %s\n", file, f)
 			}
-			fmt.Fprintf(stderr, "policy %s is well-formed (%s) but not fit to deploy\n", args[1], snap.Digest)
+			fmt.Fprintf(stderr, "policy %s is well-formed (%s) but not fit to deploy\n", file, snap.Digest)
 			return exitcode.Failed
 		}
 	}
-	fmt.Fprintf(stdout, "policy %s is valid (%s), %d variant(s) enabled\n", args[1], snap.Digest, len(snap.Validators))
+	fmt.Fprintf(stdout, "policy %s is valid (%s), %d variant(s) enabled\n", file, snap.Digest, len(snap.Validators))
 	return exitcode.OK
 }
 
@@ -288,9 +294,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // predictCmd prints the reference values of a UKI (and the boot loaders
 // before it) as a policy snippet, with no boot: see package predict.
-func predictCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("latchkey-verifier policy predict", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func predictCmd(fs *flag.FlagSet) cli.Runner {
 	var o predict.Options
 	var loaders, cmdlines, phases listFlag
 	fs.StringVar(&o.UKI, "uki", "", "the unified kernel image (required)")
@@ -299,14 +303,16 @@ func predictCmd(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&phases, "phase", "a boot phase to predict pcr 11 for (repeatable; default the agent's phases)")
 	stub := fs.String("stub", string(predict.Stub252), "systemd-stub generation in the UKI: 252 or 254")
 	fs.BoolVar(&o.SecureBootOff, "secure-boot-off", false, "admit machines with Secure Boot off")
-	if code, ok := cli.Parse(fs, args); !ok {
-		return code
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 0 || o.UKI == "" {
+			return usageError(stderr, "policy predict")
+		}
+		return predictRun(o, loaders, cmdlines, phases, *stub, stdout, stderr)
 	}
-	if fs.NArg() != 0 || o.UKI == "" {
-		fmt.Fprintln(stderr, policyUsage)
-		return exitcode.BadConfig
-	}
-	o.BootLoaders, o.Cmdlines, o.Phases, o.Stub = loaders, cmdlines, phases, predict.Stub(*stub)
+}
+
+func predictRun(o predict.Options, loaders, cmdlines, phases listFlag, stub string, stdout, stderr io.Writer) int {
+	o.BootLoaders, o.Cmdlines, o.Phases, o.Stub = loaders, cmdlines, phases, predict.Stub(stub)
 	s, u, err := predict.Predict(o)
 	if err == nil {
 		err = predict.Write(stdout, s, u)
@@ -318,19 +324,21 @@ func predictCmd(args []string, stdout, stderr io.Writer) int {
 	return exitcode.OK
 }
 
-func tokensCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("latchkey-verifier tokens", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	socket := fs.String("socket", localapi.VerifierSocket, "the verifier's admin socket")
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: latchkey-verifier tokens list | revoke ID")
-		return exitcode.BadConfig
+// tokensCmd is `tokens list` and `tokens revoke ID` over the admin API.
+func tokensCmd(sub string) func(fs *flag.FlagSet) cli.Runner {
+	return func(fs *flag.FlagSet) cli.Runner {
+		socket := fs.String("socket", localapi.VerifierSocket, "the verifier's admin socket")
+		return func(args []string, stdout, stderr io.Writer) int {
+			if (sub == "list") != (len(args) == 0) {
+				return usageError(stderr, "tokens "+sub)
+			}
+			return tokens(*socket, sub, args, stdout, stderr)
+		}
 	}
-	sub := args[0]
-	if code, ok := cli.Parse(fs, args[1:]); !ok {
-		return code
-	}
-	conn, err := localapi.Dial(*socket)
+}
+
+func tokens(socket, sub string, args []string, stdout, stderr io.Writer) int {
+	conn, err := localapi.Dial(socket)
 	if err != nil {
 		fmt.Fprintln(stderr, "latchkey-verifier tokens:", err)
 		return exitcode.Failed
@@ -339,23 +347,19 @@ func tokensCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c := adminv1.NewVerifierAdminClient(conn)
-	switch {
-	case sub == "list" && fs.NArg() == 0:
+	if sub == "list" {
 		resp, err := c.ListTokens(ctx, &adminv1.ListTokensRequest{})
 		if err == nil {
 			err = adminapi.WriteTokens(stdout, resp.GetTokens(), time.Now())
 			adminapi.WriteSkipped(stderr, resp.GetSkipped())
 		}
 		return report(stderr, err)
-	case sub == "revoke" && fs.NArg() == 1:
-		_, err := c.RevokeToken(ctx, &adminv1.RevokeTokenRequest{Id: fs.Arg(0)})
-		if err == nil {
-			fmt.Fprintf(stdout, "token %s revoked\n", fs.Arg(0))
-		}
-		return report(stderr, err)
 	}
-	fmt.Fprintln(stderr, "usage: latchkey-verifier tokens list | revoke ID")
-	return exitcode.BadConfig
+	_, err = c.RevokeToken(ctx, &adminv1.RevokeTokenRequest{Id: args[0]})
+	if err == nil {
+		fmt.Fprintf(stdout, "token %s revoked\n", args[0])
+	}
+	return report(stderr, err)
 }
 
 func report(stderr io.Writer, err error) int { return reportAs(stderr, "tokens", err) }
@@ -368,44 +372,38 @@ func reportAs(stderr io.Writer, cmd string, err error) int {
 	return exitcode.OK
 }
 
-const bindingsUsage = "usage: latchkey-verifier bindings list | release --node NAME | release --disk UUID | migrate --from-dir DIR"
+func bindingsListCmd(fs *flag.FlagSet) cli.Runner {
+	socket := fs.String("socket", localapi.VerifierSocket, "the verifier's admin socket")
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 0 {
+			return usageError(stderr, "bindings list")
+		}
+		return bindings(*socket, nil, stdout, stderr)
+	}
+}
 
-// bindingsCmd lists and releases identity bindings over the admin API;
-// the verifier audits a release with the caller's uid.
-func bindingsCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("latchkey-verifier bindings", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// bindingsReleaseCmd releases one binding; the verifier audits it with
+// the caller's uid.
+func bindingsReleaseCmd(fs *flag.FlagSet) cli.Runner {
 	socket := fs.String("socket", localapi.VerifierSocket, "the verifier's admin socket")
 	node := fs.String("node", "", "release the binding of this node name")
 	disk := fs.String("disk", "", "release the binding of this disk UUID")
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, bindingsUsage)
-		return exitcode.BadConfig
-	}
-	sub := args[0]
-	if sub == "migrate" {
-		return bindingsMigrate(args[1:], stdout, stderr) // store.go
-	}
-	if code, ok := cli.Parse(fs, args[1:]); !ok {
-		return code
-	}
-	if fs.NArg() != 0 {
-		fmt.Fprintln(stderr, bindingsUsage)
-		return exitcode.BadConfig
-	}
-	req := &adminv1.ReleaseBindingRequest{}
-	switch {
-	case sub == "list" && *node == "" && *disk == "":
-	case sub == "release" && (*node == "") != (*disk == ""):
-		req.Kind, req.Name = adminv1.BindingKind_BINDING_KIND_NODE, *node
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 0 || (*node == "") == (*disk == "") {
+			fmt.Fprintln(stderr, program.Usage("bindings release")+" (one of --node NAME or --disk UUID)")
+			return exitcode.BadConfig
+		}
+		req := &adminv1.ReleaseBindingRequest{Kind: adminv1.BindingKind_BINDING_KIND_NODE, Name: *node}
 		if *disk != "" {
 			req.Kind, req.Name = adminv1.BindingKind_BINDING_KIND_DISK, *disk
 		}
-	default:
-		fmt.Fprintln(stderr, bindingsUsage)
-		return exitcode.BadConfig
+		return bindings(*socket, req, stdout, stderr)
 	}
-	conn, err := localapi.Dial(*socket)
+}
+
+// bindings lists the bindings (req nil) or releases one over the admin API.
+func bindings(socket string, req *adminv1.ReleaseBindingRequest, stdout, stderr io.Writer) int {
+	conn, err := localapi.Dial(socket)
 	if err != nil {
 		return reportAs(stderr, "bindings", err)
 	}
@@ -413,7 +411,7 @@ func bindingsCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c := adminv1.NewVerifierAdminClient(conn)
-	if sub == "list" {
+	if req == nil {
 		resp, err := c.ListBindings(ctx, &adminv1.ListBindingsRequest{})
 		if err == nil {
 			err = adminapi.WriteBindings(stdout, resp.GetBindings(), time.Now())
@@ -432,23 +430,23 @@ func bindingsCmd(args []string, stdout, stderr io.Writer) int {
 // collateralCmd fetches one chip's VCEK (and its product's ASK/ARK) from
 // AMD KDS into the offline cache, honouring KDS rate limits. It is the
 // only command that uses the network; the join path never does.
-func collateralCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("latchkey-verifier collateral fetch", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func collateralCmd(fs *flag.FlagSet) cli.Runner {
 	var f serveFlags
-	f.register(fs)
+	f.register(fs, "config")
+	lf := cli.RegisterLogFlags(fs)
 	product := fs.String("product", "Milan", "product line: Milan, Genoa or Turin")
 	chipHex := fs.String("chip-id", "", "chip ID (128 hex digits, from the report or the refusal)")
 	tcb := fs.Uint64("tcb", 0, "reported TCB version (from the report or the refusal)")
-	const usage = "usage: latchkey-verifier collateral fetch --chip-id HEX --tcb N [--product Milan] [--config FILE]"
-	if len(args) == 0 || args[0] != "fetch" {
-		fmt.Fprintln(stderr, usage)
-		return exitcode.BadConfig
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 0 {
+			return usageError(stderr, "collateral fetch")
+		}
+		return collateralFetch(&f, lf, *product, *chipHex, *tcb, stdout, stderr)
 	}
-	if code, ok := cli.Parse(fs, args[1:]); !ok {
-		return code
-	}
-	chipID, err := hex.DecodeString(*chipHex)
+}
+
+func collateralFetch(f *serveFlags, lf *cli.LogFlags, product, chipHex string, tcb uint64, stdout, stderr io.Writer) int {
+	chipID, err := hex.DecodeString(chipHex)
 	if err != nil || len(chipID) != 64 {
 		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch: --chip-id must be 128 hex digits")
 		return exitcode.BadConfig
@@ -458,16 +456,21 @@ func collateralCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch: no snpCollateralDir configured", err)
 		return exitcode.BadConfig
 	}
-	coll, err := app.NewCollateral(cfg, nil, logging.NewLogger(f.logLevel))
+	logCfg, err := lf.Resolve(cfg.Log)
+	if err != nil {
+		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch:", err)
+		return exitcode.BadConfig
+	}
+	coll, err := app.NewCollateral(cfg, nil, logging.New(logCfg))
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		_, err = coll.Fetch(ctx, &snp.KDSGetter{}, *product, chipID, *tcb)
+		_, err = coll.Fetch(ctx, &snp.KDSGetter{}, product, chipID, tcb)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch:", err)
 		return exitcode.Failed
 	}
-	fmt.Fprintf(stdout, "cached %s in %s\n", snp.VCEKFileName(chipID, *tcb), cfg.SNPCollateralDir)
+	fmt.Fprintf(stdout, "cached %s in %s\n", snp.VCEKFileName(chipID, tcb), cfg.SNPCollateralDir)
 	return exitcode.OK
 }

@@ -24,22 +24,23 @@ import (
 // refuses to retire the configured current generation. It changes
 // nothing: once it passes, the operator removes N from every replica's
 // masterSecrets.
-func secretRetire(args []string, stdout, stderr io.Writer) int {
-	const name = "latchkey-verifier secret retire"
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func secretRetire(fs *flag.FlagSet) cli.Runner {
 	var f serveFlags
-	f.register(fs)
+	f.register(fs, "config")
 	socket := fs.String("socket", localapi.VerifierSocket, "the verifier's admin socket")
 	gen := &optionalUint{}
 	fs.Var(gen, "generation", "the master-secret generation to retire")
-	if code, ok := cli.Parse(fs, args); !ok {
-		return code
+	return func(args []string, stdout, stderr io.Writer) int {
+		if !gen.set || len(args) != 0 {
+			fmt.Fprintln(stderr, program.Usage("secret retire")+" --generation N")
+			return exitcode.BadConfig
+		}
+		return retire(&f, *socket, gen, stdout, stderr)
 	}
-	if !gen.set || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: latchkey-verifier secret retire --generation N [--socket PATH] [--config FILE]")
-		return exitcode.BadConfig
-	}
+}
+
+func retire(f *serveFlags, socket string, gen *optionalUint, stdout, stderr io.Writer) int {
+	const name = "latchkey-verifier secret retire"
 	cfg, err := f.loadFile()
 	if err != nil {
 		fmt.Fprintln(stderr, name+":", err)
@@ -55,7 +56,7 @@ func secretRetire(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: generation 0 is the configuration's only secret (masterSecretFile); make another current first\n", name)
 		return exitcode.InUse
 	}
-	conn, err := localapi.Dial(*socket)
+	conn, err := localapi.Dial(socket)
 	if err != nil {
 		return reportAs(stderr, "secret retire", err)
 	}

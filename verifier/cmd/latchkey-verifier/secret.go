@@ -16,25 +16,17 @@ import (
 	"github.com/latchkey/latchkey/verifier/keys"
 )
 
-// secretCmd manages the master secret: `secret init [--generation N] FILE`
-// creates one, `secret id` prints the key ID of every configured
-// generation (the same IDs the running verifier logs and exports), so
-// replicas can be compared without showing the secret, and `secret
-// retire --generation N` checks that no disk still needs generation N.
-func secretCmd(args []string, stdout, stderr io.Writer) int {
-	const usage = "usage: latchkey-verifier secret init [--generation N] FILE | secret id [--config FILE] [--master-secret-file FILE] [--cluster-salt S]" +
-		" | secret retire --generation N [--socket PATH]"
-	if len(args) == 0 {
-		fmt.Fprintln(stderr, usage)
-		return exitcode.BadConfig
-	}
-	switch args[0] {
-	case "init":
-		return secretInit(args[1:], stdout, stderr, usage)
-	case "retire":
-		return secretRetire(args[1:], stdout, stderr) // retire.go
-	case "id":
-		d, code := deriverFromFlags("latchkey-verifier secret id", args[1:], stderr)
+// secretID prints the key ID of every configured generation (the same
+// IDs the running verifier logs and exports), so replicas can be compared
+// without showing the secret.
+func secretID(fs *flag.FlagSet) cli.Runner {
+	var f serveFlags
+	f.register(fs, "config", "master-secret-file", "cluster-salt")
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 0 {
+			return usageError(stderr, "secret id")
+		}
+		d, code := deriverFromConfig("latchkey-verifier secret id", &f, stderr)
 		if d == nil {
 			return code
 		}
@@ -53,34 +45,31 @@ func secretCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitcode.OK
 	}
-	fmt.Fprintln(stderr, usage)
-	return exitcode.BadConfig
 }
 
 // secretInit creates a new master secret; --generation only shapes the
 // masterSecrets entry it suggests (the bytes of every generation are made
 // the same way).
-func secretInit(args []string, stdout, stderr io.Writer, usage string) int {
-	fs := flag.NewFlagSet("latchkey-verifier secret init", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func secretInit(fs *flag.FlagSet) cli.Runner {
 	gen := fs.Uint("generation", 0, "the generation the new secret will be (0: a new cluster's first secret)")
-	if code, ok := cli.Parse(fs, args); !ok {
-		return code
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 1 || *gen > keys.MaxGeneration {
+			return usageError(stderr, "secret init")
+		}
+		return secretInitRun(args[0], *gen, stdout, stderr)
 	}
-	if fs.NArg() != 1 || *gen > keys.MaxGeneration {
-		fmt.Fprintln(stderr, usage)
-		return exitcode.BadConfig
-	}
-	path := fs.Arg(0)
+}
+
+func secretInitRun(path string, gen uint, stdout, stderr io.Writer) int {
 	if err := keys.InitMasterSecret(path); err != nil {
 		fmt.Fprintln(stderr, "latchkey-verifier secret init:", err)
 		return exitcode.Failed
 	}
 	fmt.Fprintf(stdout, "created master secret %s (%d random bytes, mode 0600); keep a copy offline: without it no disk can be opened\n",
 		path, keys.MinMasterSecretSize)
-	if *gen > 0 {
+	if gen > 0 {
 		fmt.Fprintf(stdout, "add it to masterSecrets on every replica as {generation: %d, file: %s, current: true} "+
-			"(and drop current: from the old entry); docs/operations.md, \"Rotating the master secret\"\n", *gen, path)
+			"(and drop current: from the old entry); docs/operations.md, \"Rotating the master secret\"\n", gen, path)
 	}
 	return exitcode.OK
 }
@@ -89,28 +78,28 @@ func secretInit(args []string, stdout, stderr io.Writer, usage string) int {
 // from the master secret, with no attestation, for an operator restoring
 // that disk's data. The key goes only to a new file (0600) or to a pipe,
 // never to a terminal or a log.
-func recoverKeyCmd(args []string, stdout, stderr io.Writer) int {
-	const name = "latchkey-verifier recover-key"
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func recoverKeyCmd(fs *flag.FlagSet) cli.Runner {
 	var f serveFlags
-	f.register(fs)
+	f.register(fs, "config", "master-secret-file", "cluster-salt")
 	uuid := fs.String("disk-uuid", "", "the LUKS UUID of the disk (cryptsetup luksUUID DEVICE)")
 	gen := generationFlag(fs)
 	out := fs.String("out", "", "new file to write the 32-byte key to (mode 0600), or - for a pipe on stdout")
-	if code, ok := cli.Parse(fs, args); !ok {
-		return code
+	return func(args []string, stdout, stderr io.Writer) int {
+		if !protocol.ValidDiskUUID(*uuid) || *out == "" || len(args) != 0 {
+			fmt.Fprintln(stderr, program.Usage("recover-key")+" --disk-uuid UUID --out FILE|- (the UUID in canonical lower-case form)")
+			return exitcode.BadConfig
+		}
+		return recoverKey(&f, *uuid, gen, *out, stdout, stderr)
 	}
-	if !protocol.ValidDiskUUID(*uuid) || *out == "" || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: latchkey-verifier recover-key --disk-uuid UUID --out FILE|- [--config FILE]"+
-			" (the UUID in canonical lower-case form)")
-		return exitcode.BadConfig
-	}
-	if *out == "-" && isTerminal(stdout) {
+}
+
+func recoverKey(f *serveFlags, uuid string, gen *optionalUint, out string, stdout, stderr io.Writer) int {
+	const name = "latchkey-verifier recover-key"
+	if out == "-" && isTerminal(stdout) {
 		fmt.Fprintln(stderr, name+": refusing to write a disk key to a terminal; use --out FILE or a pipe")
 		return exitcode.BadConfig
 	}
-	d, code := deriverFromConfig(name, &f, stderr)
+	d, code := deriverFromConfig(name, f, stderr)
 	if d == nil {
 		return code
 	}
@@ -120,29 +109,18 @@ func recoverKeyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, name+":", err)
 		return exitcode.BadConfig
 	}
-	key, err := d.DiskKeyAt(g, *uuid)
+	key, err := d.DiskKeyAt(g, uuid)
 	if err != nil {
 		fmt.Fprintln(stderr, name+":", err)
 		return exitcode.BadConfig
 	}
 	defer clear(key)
-	if err := writeKey(*out, key, stdout); err != nil {
+	if err := writeKey(out, key, stdout); err != nil {
 		fmt.Fprintln(stderr, name+":", err)
 		return exitcode.Failed
 	}
-	fmt.Fprintf(stderr, "%s: derived the key of disk %s under generation %d (%s) to %s\n", name, *uuid, g, d.KeyIDAt(g), *out)
+	fmt.Fprintf(stderr, "%s: derived the key of disk %s under generation %d (%s) to %s\n", name, uuid, g, d.KeyIDAt(g), out)
 	return exitcode.OK
-}
-
-func deriverFromFlags(name string, args []string, stderr io.Writer) (*keys.Deriver, int) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var f serveFlags
-	f.register(fs)
-	if code, ok := cli.Parse(fs, args); !ok {
-		return nil, code
-	}
-	return deriverFromConfig(name, &f, stderr)
 }
 
 // deriverFromConfig reads the master secret and salt the verifier would

@@ -83,7 +83,7 @@ func TestRecoverKeyOpensTheDisk(t *testing.T) {
 	}
 	common := []string{"--master-secret-file", secret, "--cluster-salt", "cluster-1"}
 	// The verifier's key for the disk, as a join would receive it.
-	served, code := deriverFromFlags("test", common, os.Stderr)
+	served, code := deriverFromConfig("test", &serveFlags{masterSecret: secret, salt: "cluster-1"}, os.Stderr)
 	if served == nil {
 		t.Fatalf("deriver: code %d", code)
 	}
@@ -141,7 +141,7 @@ func TestRecoverKeyGenerations(t *testing.T) {
 	if code != 2 || !strings.Contains(errs, "generation 7 is not in masterSecrets (configured: 0, 1)") {
 		t.Fatalf("unknown generation: code %d, %q", code, errs)
 	}
-	d, _ := deriverFromFlags("test", []string{"--config", cfg}, os.Stderr)
+	d, _ := deriverFromConfig("test", &serveFlags{config: cfg}, os.Stderr)
 	defer d.Close()
 	for _, gen := range []uint32{0, 1} {
 		out := filepath.Join(dir, fmt.Sprintf("k%d", gen))

@@ -22,31 +22,25 @@ import (
 // whole (each request has identity.etcd.requestTimeout besides).
 const storeCommandTimeout = 5 * time.Minute
 
-const storeUsage = "usage: latchkey-verifier store check [--config FILE]"
-
 // storeCmd is `store check`: like `policy check` for the etcd store of
 // disk-only replicas (identity.etcd). It connects with the configured
 // client certificate, proves a linearizable read and a write under the
 // prefix, and reports the record count; an invalid record is named and
 // fails the check (exit 1).
-func storeCmd(args []string, stdout, stderr io.Writer) int {
-	const name = "latchkey-verifier store check"
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func storeCmd(fs *flag.FlagSet) cli.Runner {
 	var f serveFlags
-	f.register(fs)
-	if len(args) == 0 || args[0] != "check" {
-		fmt.Fprintln(stderr, storeUsage)
-		return exitcode.BadConfig
+	f.register(fs, "config")
+	return func(args []string, stdout, stderr io.Writer) int {
+		if len(args) != 0 {
+			return usageError(stderr, "store check")
+		}
+		return storeCheck(&f, stdout, stderr)
 	}
-	if code, ok := cli.Parse(fs, args[1:]); !ok {
-		return code
-	}
-	if fs.NArg() != 0 {
-		fmt.Fprintln(stderr, storeUsage)
-		return exitcode.BadConfig
-	}
-	s, cfg, code := openEtcd(&f, name, stderr)
+}
+
+func storeCheck(f *serveFlags, stdout, stderr io.Writer) int {
+	const name = "latchkey-verifier store check"
+	s, cfg, code := openEtcd(f, name, stderr)
 	if s == nil {
 		return code
 	}
@@ -97,33 +91,32 @@ func storeCause(err error) error {
 	return err
 }
 
-const migrateUsage = "usage: latchkey-verifier bindings migrate --from-dir DIR [--config FILE]"
-
 // bindingsMigrate copies a directory store (identity.bindingDir of a
 // single replica) into the configured etcd store. A record absent from
 // etcd is created; one already there with the same binding is left
 // alone, so the command can run again with the same result; one bound
 // otherwise is a conflict, named, and nothing is written for it (exit
 // InUse once every record was tried).
-func bindingsMigrate(args []string, stdout, stderr io.Writer) int {
-	const name = "latchkey-verifier bindings migrate"
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func bindingsMigrate(fs *flag.FlagSet) cli.Runner {
 	var f serveFlags
-	f.register(fs)
+	f.register(fs, "config")
 	from := fs.String("from-dir", "", "the directory store to copy (identity.bindingDir, default <stateDir>/bindings)")
-	if code, ok := cli.Parse(fs, args); !ok {
-		return code
+	return func(args []string, stdout, stderr io.Writer) int {
+		if *from == "" || len(args) != 0 {
+			fmt.Fprintln(stderr, program.Usage("bindings migrate")+" --from-dir DIR")
+			return exitcode.BadConfig
+		}
+		return migrate(&f, *from, stdout, stderr)
 	}
-	if *from == "" || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, migrateUsage)
+}
+
+func migrate(f *serveFlags, from string, stdout, stderr io.Writer) int {
+	const name = "latchkey-verifier bindings migrate"
+	if st, err := os.Stat(from); err != nil || !st.IsDir() {
+		fmt.Fprintf(stderr, "%s: --from-dir %s: not a directory (%v)\n", name, from, err)
 		return exitcode.BadConfig
 	}
-	if st, err := os.Stat(*from); err != nil || !st.IsDir() {
-		fmt.Fprintf(stderr, "%s: --from-dir %s: not a directory (%v)\n", name, *from, err)
-		return exitcode.BadConfig
-	}
-	dir, err := binding.NewDir(binding.DirConfig{Dir: *from, Logger: slog.New(slog.DiscardHandler)})
+	dir, err := binding.NewDir(binding.DirConfig{Dir: from, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return exitcode.Failed
@@ -132,10 +125,10 @@ func bindingsMigrate(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	recs, err := dir.List(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: read %s: %v\n", name, *from, err)
+		fmt.Fprintf(stderr, "%s: read %s: %v\n", name, from, err)
 		return exitcode.Failed
 	}
-	s, _, code := openEtcd(&f, name, stderr)
+	s, _, code := openEtcd(f, name, stderr)
 	if s == nil {
 		return code
 	}
@@ -157,7 +150,7 @@ func bindingsMigrate(args []string, stdout, stderr io.Writer) int {
 			present++
 		}
 	}
-	fmt.Fprintf(stdout, "%d records in %s: %d copied, %d already in etcd, %d conflicts\n", len(recs), *from, created, present, conflicts)
+	fmt.Fprintf(stdout, "%d records in %s: %d copied, %d already in etcd, %d conflicts\n", len(recs), from, created, present, conflicts)
 	if conflicts > 0 {
 		return exitcode.InUse
 	}

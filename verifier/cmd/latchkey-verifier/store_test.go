@@ -158,7 +158,7 @@ func TestBindingsMigrateFromDir(t *testing.T) {
 	if r, err := s.Get(ctx, binding.Disk, storeDisk(1)); err != nil || r.Identity != storeIDB {
 		t.Fatalf("the conflicting record changed: %+v %v", r, err)
 	}
-	if code, _, errs := runCLI(t, "bindings", "migrate", "--config", cfg); code != exitcode.BadConfig || !strings.Contains(errs, migrateUsage) {
+	if code, _, errs := runCLI(t, "bindings", "migrate", "--config", cfg); code != exitcode.BadConfig || !strings.Contains(errs, "usage: latchkey-verifier bindings migrate") {
 		t.Fatalf("no --from-dir: exit %d %q", code, errs)
 	}
 }
@@ -236,13 +236,13 @@ func TestStoreUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"store"}, storeUsage},
-		{[]string{"store", "verify"}, storeUsage},
-		{[]string{"store", "check", "extra"}, storeUsage},
+		{[]string{"store"}, "usage: latchkey-verifier store"},
+		{[]string{"store", "verify"}, "usage: latchkey-verifier store"},
+		{[]string{"store", "check", "extra"}, "usage: latchkey-verifier store"},
 		{[]string{"store", "check", "--bogus"}, "flag provided but not defined: -bogus"},
-		{[]string{"bindings", "migrate"}, migrateUsage},
+		{[]string{"bindings", "migrate"}, "usage: latchkey-verifier bindings migrate"},
 		{[]string{"bindings", "migrate", "--from-dir", notDir}, "--from-dir " + notDir + ": not a directory"},
-		{[]string{"bindings", "migrate", "--from-dir", t.TempDir(), "x"}, migrateUsage},
+		{[]string{"bindings", "migrate", "--from-dir", t.TempDir(), "x"}, "usage: latchkey-verifier bindings migrate"},
 	} {
 		if code, _, errs := runCLI(t, tc.args...); code != exitcode.BadConfig || !strings.Contains(errs, tc.want) {
 			t.Errorf("%v: exit %d %q, want %d and %q", tc.args, code, errs, exitcode.BadConfig, tc.want)
