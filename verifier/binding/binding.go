@@ -16,7 +16,7 @@
 //
 // A node record also carries the ID of the last bootstrap token minted
 // for it; the CSR approver signs a kubelet client certificate only for a
-// CSR made with that token. Continuous re-attestation (issue 15) keeps
+// CSR made with that token. Continuous re-attestation keeps
 // its results on the same node record.
 package binding
 

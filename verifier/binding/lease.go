@@ -56,7 +56,7 @@ type LeaseConfig struct {
 // and reclaimed meanwhile is never overwritten.
 //
 // The node Lease is also the per-node record continuous re-attestation
-// (issue 15) keeps: it may add its own latchkey.io/ annotations (time,
+// keeps: it may add its own latchkey.io/ annotations (time,
 // evidence digest, decision) and renew spec.renewTime, with the same
 // optimistic updates. Only Claim and Release write the identity
 // annotations and spec.holderIdentity.

@@ -1,6 +1,6 @@
 package service
 
-// Honest reasons and a bounded audit (issue 14 item 4): what the agent is
+// Honest reasons and a bounded audit: what the agent is
 // told, what the audit line records, and what is only counted.
 
 import (
