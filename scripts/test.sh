@@ -59,6 +59,7 @@ static_checks() {
   go vet -tags vm ./...
   scripts/gen-proto.sh --check
   no_build_outputs
+  no_issue_numbers
   shipped_test_only
   agent_links_only_allowed
   # The layer map: internal/ imports nothing of the product, attest/ neither
@@ -95,6 +96,19 @@ no_build_outputs() {
   if ((${#bad[@]})); then
     printf 'build outputs or large files are tracked (remove them; .gitignore covers build outputs):\n' >&2
     printf '  %s\n' "${bad[@]}" >&2
+    return 1
+  fi
+}
+
+# no_issue_numbers fails when a tracked file cites a tracker issue by
+# number: the tracker is not part of the repository, so such a reference
+# means nothing to a reader (history belongs in commit messages).
+no_issue_numbers() {
+  local hits
+  hits=$(git grep -n -i -E '\bissues? #?[0-9]+' || true)
+  if [[ -n $hits ]]; then
+    echo "issue numbers in the tree (say what the thing is instead):" >&2
+    echo "$hits" >&2
     return 1
   fi
 }
