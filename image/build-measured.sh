@@ -277,7 +277,7 @@ extend() { printf '%s%s' "$1" "$2" | xxd -r -p | sha256sum | cut -c1-64; }
 # nothing passed a command line or credentials to the stub). Checked
 # against a real OVMF event log: docs/measured-boot.md.
 predict() {
-  local zero pcr4 uki kernel phases=(--phase "$PHASE") out pcr11 pcr12 n quoted11
+  local zero pcr4 uki kernel phases=(--phase "$PHASE") out pcr11 pcr12 n quoted11 ready_note
   zero=$(printf '%064d' 0)
   [[ -n $PHASE ]] && phases+=(--phase "$PHASE:ready")
   out=$("$VERIFIER" policy predict --uki "$OUT/uki.efi" --secure-boot-off "${phases[@]}") ||
@@ -298,11 +298,13 @@ predict() {
   UKI_DIGEST=$uki PCR4=$pcr4 PCR11=$(head -n1 <<<"$pcr11") PCR12=$pcr12
   PCR11_ALL=$(paste -sd, <<<"$pcr11")
   quoted11="\"${PCR11_ALL//,/\", \"}\""
+  ready_note=""
+  [[ -z $PHASE ]] || ready_note=" (join) and \"$PHASE:ready\" (re-attestation)"
   cat >"$OUT/pcrs.yaml" <<EOF
 # Predicted by image/build-measured.sh with latchkey-verifier policy
 # predict for $(basename "$OUT"): UKI authenticode sha256:$uki,
 # kernel sha256:$kernel, root hash $ROOT_HASH,
-# PCR 11 in systemd-pcrphase phase "$PHASE"${PHASE:+ (join) and "$PHASE:ready" (re-attestation)}.
+# PCR 11 in systemd-pcrphase phase "$PHASE"$ready_note.
 # Paste under tpm: in the verifier policy, next to the values of the
 # images in production.
 pcrs:
