@@ -25,9 +25,14 @@
 #   --root-size SIZE  size of the root file system image (default 1536M)
 #   --esp-size MIB    size of the EFI system partition (default 64)
 #   --phase PHASE     systemd-pcrphase words measured into PCR 11 before the
-#                     agent quotes (default: auto = "sysinit" when the root
+#                     agent joins (default: auto = "sysinit" when the root
 #                     has systemd-pcrphase and the TPM libraries it loads,
-#                     none otherwise)
+#                     "" otherwise); PHASE:ready, the value re-attestations
+#                     quote once the boot is up, is predicted with it
+#   --verifier BIN    the latchkey-verifier whose `policy predict` computes
+#                     PCR 11 and the UKI's digest (default: $LATCHKEY_VERIFIER,
+#                     else latchkey-verifier on PATH, else built from this
+#                     checkout with go)
 #   --no-disk         write the UKI and the ESP image only, not disk.img
 #
 # Outputs in --out: uki.efi (systemd-stub + .osrel .cmdline .linux .initrd),
@@ -43,7 +48,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/../scripts/lib/common.sh"
 
 STUB=/usr/lib/systemd/boot/efi/linuxx64.efi.stub
-MEASURE=/usr/lib/systemd/systemd-measure
+VERIFIER=${LATCHKEY_VERIFIER:-}
 ROOT_DIR=""
 REUSE=""
 KERNEL=""
@@ -83,6 +88,7 @@ parse_args() {
       --root-size) ROOT_SIZE=${2:?--root-size needs a size}; shift ;;
       --esp-size) ESP_MIB=${2:?--esp-size needs MiB}; shift ;;
       --phase) PHASE=${2?--phase needs a phase or auto}; shift ;;
+      --verifier) VERIFIER=${2:?--verifier needs a binary}; shift ;;
       --no-disk) MAKE_DISK=0 ;;
       -h | --help) usage; exit 0 ;;
       *) usage >&2; exit 2 ;;
@@ -114,9 +120,24 @@ check_tools() {
   need_packages objcopy:binutils mkfs.fat:dosfstools mcopy:mtools veritysetup:cryptsetup-bin \
     sgdisk:gdisk mkfs.ext4:e2fsprogs python3:python3
   [[ -f $STUB ]] || need_packages "no-such-command-stub:systemd-boot-efi"
-  [[ -x $MEASURE ]] || need_packages "no-such-command-measure:systemd"
   [[ -f $STUB ]] || die "$STUB missing (package systemd-boot-efi)"
-  [[ -x $MEASURE ]] || die "$MEASURE missing (package systemd)"
+  find_verifier
+}
+
+# find_verifier: the latchkey-verifier that predicts, so the kit holds no
+# second implementation of the PCR 11 arithmetic the verifier checks.
+find_verifier() {
+  if [[ -z $VERIFIER ]] && command -v latchkey-verifier >/dev/null; then VERIFIER=$(command -v latchkey-verifier); fi
+  if [[ -z $VERIFIER ]]; then
+    [[ -f $HERE/../go.mod ]] || die "no latchkey-verifier (--verifier, LATCHKEY_VERIFIER or PATH)"
+    command -v go >/dev/null || die "no latchkey-verifier and no go to build it (--verifier)"
+    VERIFIER_DIR=$(mktemp -d)
+    trap 'rm -rf "$VERIFIER_DIR"' EXIT
+    (cd "$HERE/.." && CGO_ENABLED=0 go build -o "$VERIFIER_DIR/latchkey-verifier" ./verifier/cmd/latchkey-verifier) ||
+      die "go build of latchkey-verifier failed"
+    VERIFIER=$VERIFIER_DIR/latchkey-verifier
+  fi
+  [[ -x $VERIFIER ]] || die "latchkey-verifier $VERIFIER is not executable"
 }
 
 # prepare_root: what a read-only root needs: fstab with the root "ro" (the
@@ -142,9 +163,9 @@ EOF
 }
 
 # detect_phase: systemd-pcrphase-sysinit.service measures "sysinit" into
-# PCR 11 before basic.target, so before the agent, when it finds the TPM
-# libraries; "ready" comes after the agent (its unit is ordered before
-# systemd-pcrphase.service).
+# PCR 11 before basic.target, so before the agent joins, when it finds the
+# TPM libraries; "ready" comes after the join (the agent's unit is ordered
+# before systemd-pcrphase.service) and before every re-attestation.
 detect_phase() {
   [[ $PHASE == auto ]] || return 0
   PHASE=""
@@ -250,39 +271,49 @@ extend() { printf '%s%s' "$1" "$2" | xxd -r -p | sha256sum | cut -c1-64; }
 
 # predict: PCR 4 (firmware: the action string, the separator, the UKI,
 # then the kernel: systemd-stub 252 starts .linux with LoadImage, so the
-# firmware measures the kernel's Authenticode digest too), PCR 11
-# (systemd-measure over the sections, plus the phase) and PCR 12 (zero:
+# firmware measures the kernel's Authenticode digest too), PCR 11 (the
+# sections and the phase words, by `latchkey-verifier policy predict`: at
+# the join PHASE, once the boot is up PHASE:ready) and PCR 12 (zero:
 # nothing passed a command line or credentials to the stub). Checked
 # against a real OVMF event log: docs/measured-boot.md.
 predict() {
-  local zero pcr4 uki kernel phase_args=() pcr11 pcr12
+  local zero pcr4 uki kernel phases=(--phase "$PHASE") out pcr11 pcr12 n quoted11 ready_note
   zero=$(printf '%064d' 0)
-  uki=$(python3 "$HERE/pe-authenticode.py" "$OUT/uki.efi") || die "authenticode digest of the UKI failed"
+  [[ -n $PHASE ]] && phases+=(--phase "$PHASE:ready")
+  out=$("$VERIFIER" policy predict --uki "$OUT/uki.efi" --secure-boot-off "${phases[@]}") ||
+    die "latchkey-verifier policy predict failed for $OUT/uki.efi"
+  uki=$(sed -n 's/^    - sha256:\([0-9a-f]\{64\}\)$/\1/p' <<<"$out")
+  pcr11=$(sed -n 's/^    - \([0-9a-f]\{64\}\)$/\1/p' <<<"$out")
+  [[ $uki =~ ^[0-9a-f]{64}$ ]] || die "policy predict printed no uki digest"
+  n=$(grep -c . <<<"$pcr11" || true)
+  ((n == ${#phases[@]} / 2)) || die "policy predict printed $n pcr 11 values for $((${#phases[@]} / 2)) phases"
   kernel=$(python3 "$HERE/pe-authenticode.py" "$KERNEL") || die "authenticode digest of the kernel failed"
   pcr4=$(extend "$zero" "$(sha256_of "$EV_ACTION_BOOT")")
   pcr4=$(extend "$pcr4" "$(printf '\0\0\0\0' | sha256sum | cut -c1-64)")
   pcr4=$(extend "$pcr4" "$uki")
   pcr4=$(extend "$pcr4" "$kernel")
-  [[ -n $PHASE ]] && phase_args=(--phase="$PHASE")
-  "$MEASURE" calculate --linux="$KERNEL" --osrel="$OUT/osrel" --cmdline="$OUT/cmdline" --initrd="$INITRD" \
-    --bank=sha256 "${phase_args[@]}" --json=short >"$OUT/measure.json" || die "systemd-measure calculate failed"
-  pcr11=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["sha256"][0]["hash"])' "$OUT/measure.json") ||
-    die "unexpected systemd-measure output: $OUT/measure.json"
   pcr12=$zero
-  UKI_DIGEST=$uki PCR4=$pcr4 PCR11=$pcr11 PCR12=$pcr12
+  # PCR11 is the join's value (what the agent quotes during the boot);
+  # PCR11_ALL adds the re-attestations' (after "ready").
+  UKI_DIGEST=$uki PCR4=$pcr4 PCR11=$(head -n1 <<<"$pcr11") PCR12=$pcr12
+  PCR11_ALL=$(paste -sd, <<<"$pcr11")
+  quoted11="\"${PCR11_ALL//,/\", \"}\""
+  ready_note=""
+  [[ -z $PHASE ]] || ready_note=" (join) and \"$PHASE:ready\" (re-attestation)"
   cat >"$OUT/pcrs.yaml" <<EOF
-# Predicted by image/build-measured.sh for $(basename "$OUT"): UKI
-# authenticode sha256:$uki, kernel sha256:$kernel,
-# root hash $ROOT_HASH, systemd-pcrphase
-# phase "${PHASE:-none}". Paste under tpm: in the verifier policy, next to
-# the values of the images in production.
+# Predicted by image/build-measured.sh with latchkey-verifier policy
+# predict for $(basename "$OUT"): UKI authenticode sha256:$uki,
+# kernel sha256:$kernel, root hash $ROOT_HASH,
+# PCR 11 in systemd-pcrphase phase "$PHASE"$ready_note.
+# Paste under tpm: in the verifier policy, next to the values of the
+# images in production.
 pcrs:
   "4": ["$pcr4"]
-  "11": ["$pcr11"]
+  "11": [$quoted11]
   "12": ["$pcr12"]
 EOF
-  printf '{"uki_authenticode_sha256":"%s","kernel_authenticode_sha256":"%s","root_hash":"%s","phase":"%s","pcrs":{"4":"%s","11":"%s","12":"%s"}}\n' \
-    "$uki" "$kernel" "$ROOT_HASH" "$PHASE" "$pcr4" "$pcr11" "$pcr12" >"$OUT/pcrs.json"
+  printf '{"uki_authenticode_sha256":"%s","kernel_authenticode_sha256":"%s","root_hash":"%s","phase":"%s","pcrs":{"4":"%s","11":"%s","12":"%s"},"pcr11_all":["%s"]}\n' \
+    "$uki" "$kernel" "$ROOT_HASH" "$PHASE" "$pcr4" "$PCR11" "$pcr12" "${PCR11_ALL//,/\",\"}" >"$OUT/pcrs.json"
 }
 
 write_layout() {
@@ -299,6 +330,7 @@ PHASE=$PHASE
 UKI_AUTHENTICODE=$UKI_DIGEST
 PCR4=$PCR4
 PCR11=$PCR11
+PCR11_ALL=$PCR11_ALL
 PCR12=$PCR12
 EOF
 }
@@ -323,7 +355,7 @@ main() {
   build_disk
   predict
   write_layout
-  say "root hash $ROOT_HASH, UKI authenticode $UKI_DIGEST, phase ${PHASE:-none}"
+  say "root hash $ROOT_HASH, UKI authenticode $UKI_DIGEST, phase \"$PHASE\""
   cat "$OUT/pcrs.yaml"
 }
 

@@ -280,11 +280,13 @@ build_measured_base() {
 #   evil-cmdline/  UKI + ESP of v1 with one more kernel argument
 #   agent-block    the root file system block holding the first bytes of
 #                  /usr/bin/latchkey-agent (the root tamper step flips one)
-# INPUT_KEY must change whenever what HOOK installs changes.
+# INPUT_KEY must change whenever what HOOK installs changes. The kit
+# predicts PCR 11 with $P2_BIN/latchkey-verifier (build_latchkey).
 build_measured() {
   local name=$1 hook=$2 input_key=$3 cmdline=$4 key tmp t0 kit=$REPO/$MEASURED_KIT old
+  local verifier=${P2_BIN:?build_latchkey first}/latchkey-verifier
   key=$(key_of "$ROOTFS_DIR" "${GUEST_KERNELS[*]}" "$VMGUEST_BIN" "$input_key" "$VM_ROOT_SIZE" "$cmdline" \
-    "$(sha256sum "$INITRD1" "$INITRD" "$kit" "$REPO/image/pe-authenticode.py" "$REPO/scripts/lib/common.sh")" \
+    "$(sha256sum "$INITRD1" "$INITRD" "$kit" "$REPO/image/pe-authenticode.py" "$REPO/scripts/lib/common.sh" "$verifier")" \
     "$(tree_hash "$REPO/scripts/vm/guest")" "$(declare -f guest_common_setup "$hook" build_measured)" </dev/null)
   MEASURED=$VM_CACHE/measured-$name-$key
   [[ -f $MEASURED/.done ]] && return 0
@@ -293,11 +295,11 @@ build_measured() {
   cp -a "$ROOTFS_DIR/root" "$tmp/root"
   guest_common_setup "$tmp/root"
   "$hook" "$tmp/root"
-  "$kit" --root "$tmp/root" --kernel "$KERNEL1_DIR/vmlinuz" --initrd "$INITRD1" --root-size "$VM_ROOT_SIZE" \
+  "$kit" --verifier "$verifier" --root "$tmp/root" --kernel "$KERNEL1_DIR/vmlinuz" --initrd "$INITRD1" --root-size "$VM_ROOT_SIZE" \
     --cmdline "$cmdline" --out "$tmp/v1" >"$tmp/v1.log" 2>&1 || { cat "$tmp/v1.log" >&2; die "$MEASURED_KIT (v1) failed"; }
-  "$kit" --reuse-root "$tmp/v1" --kernel "$KERNEL_DIR/vmlinuz" --initrd "$INITRD" --no-disk \
+  "$kit" --verifier "$verifier" --reuse-root "$tmp/v1" --kernel "$KERNEL_DIR/vmlinuz" --initrd "$INITRD" --no-disk \
     --cmdline "$cmdline" --out "$tmp/v2" >"$tmp/v2.log" 2>&1 || { cat "$tmp/v2.log" >&2; die "$MEASURED_KIT (v2) failed"; }
-  "$kit" --reuse-root "$tmp/v1" --kernel "$KERNEL1_DIR/vmlinuz" --initrd "$INITRD1" --no-disk \
+  "$kit" --verifier "$verifier" --reuse-root "$tmp/v1" --kernel "$KERNEL1_DIR/vmlinuz" --initrd "$INITRD1" --no-disk \
     --cmdline "$cmdline $P2_EVIL_ARG" --out "$tmp/evil-cmdline" >"$tmp/evil.log" 2>&1 ||
     { cat "$tmp/evil.log" >&2; die "$MEASURED_KIT (evil-cmdline) failed"; }
   debugfs -R "bmap /usr/bin/latchkey-agent 0" "$tmp/v1/root.img" 2>/dev/null | grep -E '^[0-9]+$' >"$tmp/agent-block" ||
