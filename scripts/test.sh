@@ -4,7 +4,9 @@
 #      no tracked build outputs, shipped binaries free of test-only
 #      packages, the layer map (scripts/layercheck), log keys only from
 #      internal/logkey, Kubernetes keys only from internal/kubekey, no
-#      time.Sleep in tests beyond scripts/test-sleep-allow.txt, a lint of
+#      time.Sleep in tests beyond scripts/test-sleep-allow.txt, go.mod
+#      tidy (go mod tidy -diff), no product code that no program reaches
+#      beyond scripts/deadcode-allow.txt (scripts/deadcode.sh), a lint of
 #      every shell script (shellcheck), promtool on the monitoring rules;
 #   2. go test ./... : unit tests and the swtpm / cryptsetup integration
 #      tests (needs root for loop devices), plus a short fuzz run;
@@ -57,6 +59,11 @@ static_checks() {
   # The tagged tiers compile too (their tests run in the Kubernetes and QEMU tiers).
   go vet -tags k8s ./...
   go vet -tags vm ./...
+  # go.mod and go.sum as go mod tidy leaves them (direct requires not marked
+  # indirect, nothing missing or unused); it reads the test dependencies'
+  # go.mod files, which go test ./... downloads anyway.
+  go mod tidy -diff
+  go -C scripts/tools mod tidy -diff
   scripts/gen-proto.sh --check
   no_build_outputs
   no_issue_numbers
@@ -71,6 +78,8 @@ static_checks() {
   go test -count=1 -run '^(TestKeysLiveHere|TestScannerFindsEveryLiteral|TestOneKeyPerConcept)$' ./internal/kubekey
   # No new fixed sleeps in tests: time.Sleep per test file within scripts/test-sleep-allow.txt.
   go test -count=1 ./scripts/sleepcheck
+  # No product code that no program reaches (test-only code lives in tests).
+  scripts/deadcode.sh
   shell_lint
   monitoring_rules
   echo "static checks passed"
@@ -145,7 +154,7 @@ shell_lint() {
 shipped_test_only() {
   local bins=(./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier) bad importers
   bad=$(go list -deps "${bins[@]}" |
-    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest|localapitest|predicttest|k8stest|etcdtest|benchtest|yamltest|pkitest|logtest|sdnotifytest|clitest|/fake(/|$)' || true)
+    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest|localapitest|predicttest|k8stest|etcdtest|benchtest|yamltest|pkitest|logtest|sdnotifytest|clitest|execxtest|policytest|/fake(/|$)' || true)
   importers=$(go list -deps -f '{{.ImportPath}} {{join .Imports " "}}' "${bins[@]}" |
     awk '$1 != "k8s.io/client-go/gentype" { for (i = 2; i <= NF; i++) if ($i == "k8s.io/client-go/testing") print $1 }')
   if [[ -n $bad || -n $importers ]]; then

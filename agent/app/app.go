@@ -47,16 +47,6 @@ type Deps struct {
 	OnDiskCheck disk.Progress
 }
 
-// Build assembles a boot from a validated config. The returned close
-// releases the evidence device.
-func Build(cfg *config.Config, deps Deps) (b *boot.Boot, closeFn func(), err error) {
-	a, err := BuildAgent(cfg, deps)
-	if err != nil {
-		return nil, nil, err
-	}
-	return a.Boot, a.Close, nil
-}
-
 // BuildAgent assembles the boot and what the agent runs after it
 // (Agent.Reattest) from a validated config.
 func BuildAgent(cfg *config.Config, deps Deps) (a *Agent, err error) {

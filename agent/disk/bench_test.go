@@ -390,3 +390,22 @@ func BenchmarkZeroTest(b *testing.B) {
 		})
 	}
 }
+
+// openAndClassifyMode opens the disk and classifies what it holds, the
+// first step of every boot, for the benchmarks.
+func (l *LUKS) openAndClassifyMode(ctx context.Context, mode int) (*device, probe, error) {
+	path, err := l.waitForDevice(ctx)
+	if err != nil {
+		return nil, probe{}, err
+	}
+	d, err := openDevice(path, mode)
+	if err != nil {
+		return nil, probe{}, err
+	}
+	p, err := l.classify(ctx, d, false)
+	if err != nil {
+		d.Close()
+		return nil, probe{}, err
+	}
+	return d, p, nil
+}

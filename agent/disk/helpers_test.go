@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/internal/execx/execxtest"
 	"github.com/latchkey/latchkey/protocol"
 )
 
@@ -246,7 +247,7 @@ type testRig struct {
 	root   string // holds the mount point and bind targets
 	kernel *loopKernel
 	logs   *bytes.Buffer
-	rec    *execx.Fake
+	rec    *execxtest.Fake
 }
 
 func newRig(t testing.TB, size int64) *testRig {
@@ -260,7 +261,7 @@ func newRig(t testing.TB, size int64) *testRig {
 // a recording runner over the real one, a JSON log into r.logs.
 func (r *testRig) config() LUKSConfig {
 	log := slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	r.rec = &execx.Fake{Next: execx.New(execx.Config{Logger: log})}
+	r.rec = &execxtest.Fake{Next: execx.New(execx.Config{Logger: log})}
 	return LUKSConfig{
 		Device:     r.dev,
 		MountPoint: filepath.Join(r.root, "state"),

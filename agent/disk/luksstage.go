@@ -342,23 +342,6 @@ func (l *LUKS) hasKubeletCredentials() bool {
 	return false
 }
 
-func (l *LUKS) openAndClassifyMode(ctx context.Context, mode int) (*device, probe, error) {
-	path, err := l.waitForDevice(ctx)
-	if err != nil {
-		return nil, probe{}, err
-	}
-	d, err := openDevice(path, mode)
-	if err != nil {
-		return nil, probe{}, err
-	}
-	p, err := l.classify(ctx, d, false)
-	if err != nil {
-		d.Close()
-		return nil, probe{}, err
-	}
-	return d, p, nil
-}
-
 // refuseForeign returns the refusal for foreign content, or nil (with a
 // warning) when WipeStateDisk names this disk. An altered latchkey header
 // is the node's own disk: the refusal says what was altered and points to

@@ -17,6 +17,7 @@ import (
 	"github.com/anatol/luks.go"
 
 	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/internal/execx/execxtest"
 )
 
 // Two agents started together on one blank disk. Each is a real process
@@ -61,7 +62,7 @@ func TestRaceChildProcess(t *testing.T) {
 	if dev == "" {
 		t.Skip("helper process for TestTwoAgentsRaceForOneDisk")
 	}
-	rec := &execx.Fake{Next: execx.New(execx.Config{Logger: slog.New(slog.DiscardHandler)})}
+	rec := &execxtest.Fake{Next: execx.New(execx.Config{Logger: slog.New(slog.DiscardHandler)})}
 	l, err := NewLUKS(LUKSConfig{Device: dev, Runner: rec, Kernel: stopKernel{}, Logger: slog.New(slog.DiscardHandler),
 		MountPoint: "/nonexistent/latchkey-race", BindMounts: []string{}})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/internal/execx/execxtest"
 )
 
 // headerFixture formats an image file with latchkey's exact luksFormat
@@ -211,7 +212,7 @@ func TestWaitForDeviceSeesLateLink(t *testing.T) {
 func TestBlkidFailureRefuses(t *testing.T) {
 	r := newRig(t, testDiskSize)
 	l := r.stage(func(c *LUKSConfig) { c.BlankCheck = BlankCheckSampled })
-	l.cfg.Runner = &execx.Fake{Rules: []execx.Rule{{Match: "blkid", ExitCode: 4, Stderr: "blkid: probing failed"}}}
+	l.cfg.Runner = &execxtest.Fake{Rules: []execxtest.Rule{{Match: "blkid", ExitCode: 4, Stderr: "blkid: probing failed"}}}
 	if _, err := l.Prepare(context.Background()); err == nil || !strings.Contains(err.Error(), "probing failed") {
 		t.Fatalf("Prepare with a failing blkid = %v, want the failure", err)
 	}

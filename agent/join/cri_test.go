@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/internal/execx/execxtest"
 )
 
 // TestJoinWaitsForTheRuntime: kubeadm runs only once the CRI socket
 // listens (the runtime comes up after the agent's READY).
 func TestJoinWaitsForTheRuntime(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "cri.sock")
-	f := &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join"}}}
+	f := &execxtest.Fake{Rules: []execxtest.Rule{{Match: "kubeadm join"}}}
 	j := newJoiner(t, f, func(c *Config) { c.CRISocket = "unix://" + sock; c.CRIWait = 20 * time.Second })
 	listening := make(chan time.Time, 1)
 	go func() {
@@ -52,7 +52,7 @@ func TestJoinWaitsForTheRuntime(t *testing.T) {
 // not come up in time; the error names the socket and the wait.
 func TestJoinRuntimeNeverUp(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "cri.sock")
-	f := &execx.Fake{}
+	f := &execxtest.Fake{}
 	j := newJoiner(t, f, func(c *Config) { c.CRISocket = "unix://" + sock; c.CRIWait = 600 * time.Millisecond })
 	err := j.Join(context.Background(), workerTicket())
 	want := "join: container runtime unix://" + sock + " not listening after 600ms"
@@ -67,7 +67,7 @@ func TestJoinRuntimeNeverUp(t *testing.T) {
 // TestDryRunDoesNotWaitForTheRuntime: a dry run starts nothing, so it
 // needs no runtime.
 func TestDryRunDoesNotWaitForTheRuntime(t *testing.T) {
-	f := &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join"}}}
+	f := &execxtest.Fake{Rules: []execxtest.Rule{{Match: "kubeadm join"}}}
 	j := newJoiner(t, f, func(c *Config) {
 		c.DryRun, c.CRISocket, c.CRIWait = true, "unix://"+filepath.Join(t.TempDir(), "none.sock"), time.Hour
 	})

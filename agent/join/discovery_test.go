@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/internal/execx/execxtest"
 	"github.com/latchkey/latchkey/internal/pkitest"
 )
 
@@ -29,7 +30,7 @@ func fileTicket(t *testing.T) Ticket {
 }
 
 func TestRenderFileDiscovery(t *testing.T) {
-	j := newJoiner(t, &execx.Fake{}, nil)
+	j := newJoiner(t, &execxtest.Fake{}, nil)
 	out, err := j.Render(fileTicket(t))
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +54,7 @@ func TestRenderFileDiscovery(t *testing.T) {
 
 // A bundle is accepted only if every certificate in it is pinned.
 func TestRenderRefusesUnpinnedBundle(t *testing.T) {
-	j := newJoiner(t, &execx.Fake{}, nil)
+	j := newJoiner(t, &execxtest.Fake{}, nil)
 	tk := fileTicket(t)
 	extra, extraPin := testCA(t, "rogue")
 	tk.CABundle = append(tk.CABundle, extra...)

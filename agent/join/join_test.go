@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/internal/execx/execxtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -58,7 +59,7 @@ timeouts:
 `
 
 func TestRenderWorker(t *testing.T) {
-	j := newJoiner(t, &execx.Fake{}, func(c *Config) { c.DiscoveryTimeout = 30 * time.Second })
+	j := newJoiner(t, &execxtest.Fake{}, func(c *Config) { c.DiscoveryTimeout = 30 * time.Second })
 	out, err := j.Render(workerTicket())
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +70,7 @@ func TestRenderWorker(t *testing.T) {
 }
 
 func TestRenderControlPlane(t *testing.T) {
-	j := newJoiner(t, &execx.Fake{}, func(c *Config) {
+	j := newJoiner(t, &execxtest.Fake{}, func(c *Config) {
 		c.AdvertiseAddress, c.BindPort, c.CRISocket = "10.0.0.9", 6443, "unix:///run/containerd/containerd.sock"
 	})
 	tk := workerTicket()
@@ -89,7 +90,7 @@ func TestRenderControlPlane(t *testing.T) {
 }
 
 func TestRenderRedacted(t *testing.T) {
-	j := newJoiner(t, &execx.Fake{}, nil)
+	j := newJoiner(t, &execxtest.Fake{}, nil)
 	tk := workerTicket()
 	tk.ControlPlane, tk.CertificateKey = true, key
 	out, err := j.RenderRedacted(tk)
@@ -106,7 +107,7 @@ func TestRenderRedacted(t *testing.T) {
 }
 
 func TestRenderRefusesBadTickets(t *testing.T) {
-	j := newJoiner(t, &execx.Fake{}, nil)
+	j := newJoiner(t, &execxtest.Fake{}, nil)
 	subdomain := "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
 	cases := []struct {
 		name string
@@ -146,7 +147,7 @@ func TestRenderRefusesBadTickets(t *testing.T) {
 // labels, digits-only token parts, a worker ticket whose certificate key
 // is not checked (a worker never uses one).
 func TestRenderAcceptsEdgeTickets(t *testing.T) {
-	j := newJoiner(t, &execx.Fake{}, nil)
+	j := newJoiner(t, &execxtest.Fake{}, nil)
 	for name, mod := range map[string]func(*Ticket){
 		"253-character node name":     func(tk *Ticket) { tk.NodeName = "a" + strings.Repeat(".a", 126) },
 		"digits-only token":           func(tk *Ticket) { tk.Token = "012345.0123456789012345" },
@@ -165,7 +166,7 @@ func TestRenderAcceptsEdgeTickets(t *testing.T) {
 // from the Fake.
 type checkingRunner struct {
 	t    *testing.T
-	fake *execx.Fake
+	fake *execxtest.Fake
 	seen []string
 }
 
@@ -187,7 +188,7 @@ func (c *checkingRunner) Run(ctx context.Context, cmd execx.Cmd) (execx.Result, 
 }
 
 func TestJoinWritesAndRemovesConfig(t *testing.T) {
-	cr := &checkingRunner{t: t, fake: &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join", Stdout: "line one\nThis node has joined the cluster\n"}}}}
+	cr := &checkingRunner{t: t, fake: &execxtest.Fake{Rules: []execxtest.Rule{{Match: "kubeadm join", Stdout: "line one\nThis node has joined the cluster\n"}}}}
 	j := newJoiner(t, cr, nil)
 	if err := j.Join(context.Background(), workerTicket()); err != nil {
 		t.Fatal(err)
@@ -208,7 +209,7 @@ func TestJoinWritesAndRemovesConfig(t *testing.T) {
 }
 
 func TestJoinFailureResets(t *testing.T) {
-	f := &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join", ExitCode: 1, Stderr: "error execution phase preflight"}}}
+	f := &execxtest.Fake{Rules: []execxtest.Rule{{Match: "kubeadm join", ExitCode: 1, Stderr: "error execution phase preflight"}}}
 	sock := listenUnix(t)
 	j := newJoiner(t, f, func(c *Config) { c.CRISocket = "unix://" + sock })
 	tk := workerTicket()
@@ -225,7 +226,7 @@ func TestJoinFailureResets(t *testing.T) {
 }
 
 func TestJoinDryRunDoesNotReset(t *testing.T) {
-	f := &execx.Fake{Rules: []execx.Rule{{Match: "kubeadm join", ExitCode: 1}}}
+	f := &execxtest.Fake{Rules: []execxtest.Rule{{Match: "kubeadm join", ExitCode: 1}}}
 	j := newJoiner(t, f, func(c *Config) { c.DryRun = true })
 	if err := j.Join(context.Background(), workerTicket()); err == nil {
 		t.Fatal("failure not reported")

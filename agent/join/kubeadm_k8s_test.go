@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/internal/execx/execxtest"
 )
 
 // kubeadmBinary is the real kubeadm: $LATCHKEY_KUBEADM, or the one in
@@ -36,7 +36,7 @@ func TestK8sKubeadmValidatesRenderedConfig(t *testing.T) {
 	kubeadm := kubeadmBinary(t)
 	for _, c := range oracleCases() {
 		t.Run(c.name, func(t *testing.T) {
-			j := newJoiner(t, &execx.Fake{}, c.cfg)
+			j := newJoiner(t, &execxtest.Fake{}, c.cfg)
 			tk := c.tk(t)
 			out, err := j.Render(tk)
 			if err != nil {

@@ -17,7 +17,7 @@ import (
 	kubeadm "k8s.io/kubernetes/cmd/kubeadm/app/apis/kubeadm/v1beta4"
 	"sigs.k8s.io/yaml"
 
-	"github.com/latchkey/latchkey/internal/execx"
+	"github.com/latchkey/latchkey/internal/execx/execxtest"
 )
 
 // upstreamConfig builds t's JoinConfiguration with kubeadm's own v1beta4
@@ -124,7 +124,7 @@ func oracleCases() []oracleCase {
 func TestRenderMatchesKubeadmTypes(t *testing.T) {
 	for _, c := range oracleCases() {
 		t.Run(c.name, func(t *testing.T) {
-			j := newJoiner(t, &execx.Fake{}, c.cfg)
+			j := newJoiner(t, &execxtest.Fake{}, c.cfg)
 			tk := c.tk(t)
 			for _, redact := range []bool{false, true} {
 				discoveryFile := j.discoveryPath(j.cfg.Dir + "/kubeadm-join.yaml")
@@ -185,7 +185,7 @@ func TestDiscoveryKubeconfigMatchesClientGo(t *testing.T) {
 func TestRenderDecodesIntoKubeadmTypes(t *testing.T) {
 	for _, c := range oracleCases() {
 		t.Run(c.name, func(t *testing.T) {
-			j := newJoiner(t, &execx.Fake{}, c.cfg)
+			j := newJoiner(t, &execxtest.Fake{}, c.cfg)
 			got, err := j.Render(c.tk(t))
 			if err != nil {
 				t.Fatal(err)

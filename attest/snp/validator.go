@@ -40,13 +40,6 @@ var _ attest.Validator = (*Validator)(nil)
 // ValidatorOption adjusts a Validator built by NewValidator.
 type ValidatorOption func(*Validator)
 
-// WithClock sets the clock certificates are checked against (default
-// time.Now).
-func WithClock(now func() time.Time) ValidatorOption { return func(v *Validator) { v.now = now } }
-
-// WithLogger sets the logger (default slog.Default()).
-func WithLogger(l *slog.Logger) ValidatorOption { return func(v *Validator) { v.log = l } }
-
 // NewValidator compiles p (hex values decoded, trusted roots parsed) and
 // returns a Validator that takes VCEKs missing from a report's certificate
 // table from c; c may be nil when every host supplies its certificates.

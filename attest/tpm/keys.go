@@ -54,10 +54,6 @@ type key struct {
 	persistent bool
 }
 
-func (k *key) named() tpm2.NamedHandle {
-	return tpm2.NamedHandle{Handle: k.handle, Name: k.name}
-}
-
 // loadEK returns the RSA-2048 EK of the TCG default template, the key the
 // EK certificate in NV 0x01c00002 certifies. It uses the persisted copy
 // when one with exactly that template is present: deriving an RSA primary

@@ -15,6 +15,7 @@ import (
 	"github.com/latchkey/latchkey/verifier/adminapi"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/policy"
+	"github.com/latchkey/latchkey/verifier/policy/policytest"
 )
 
 // A denied name is not released: the entry denies the machine bound to
@@ -40,7 +41,7 @@ func TestReleaseOfDeniedNameRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := bindingAdmin{store: store, policy: policy.NewStatic(snap)}
+	b := bindingAdmin{store: store, policy: policytest.Static(snap)}
 	for _, c := range []struct {
 		kind adminv1.BindingKind
 		name string

@@ -29,6 +29,3 @@ func (b *background) Go(f func()) {
 
 // Wait returns once every goroutine started with Go has returned.
 func (b *background) Wait() { b.wg.Wait() }
-
-// Running is how many goroutines are still running.
-func (b *background) Running() int { return int(b.running.Load()) }

@@ -72,3 +72,6 @@ func TestServeWaitsForItsGoroutines(t *testing.T) {
 		t.Fatalf("Serve returned with %d background goroutines still running", n)
 	}
 }
+
+// Running is how many goroutines are still running.
+func (b *background) Running() int { return int(b.running.Load()) }

@@ -28,6 +28,7 @@ import (
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/policy"
+	"github.com/latchkey/latchkey/verifier/policy/policytest"
 )
 
 // setPolicy writes pol (with deny, when non-nil) and waits until the
@@ -302,7 +303,7 @@ func TestApproverTokensOfDeniedNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return policy.NewStatic(snap)
+		return policytest.Static(snap)
 	}
 	for _, c := range []struct {
 		deny string

@@ -59,13 +59,6 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	return s, nil
 }
 
-// NewStatic returns a Store that always serves snap (no file, no reload).
-func NewStatic(snap *Snapshot) *Store {
-	s := &Store{}
-	s.install(snap)
-	return s
-}
-
 // Current returns the snapshot in force.
 func (s *Store) Current() *Snapshot { return s.cur.Load() }
 

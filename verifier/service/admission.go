@@ -164,16 +164,6 @@ func (a *admission) take(src string, held time.Duration) (*slot, error) {
 	return &slot{a: a, src: src, start: a.now().Add(-held)}, nil
 }
 
-// acquire is take for a join that held no slot before; the release
-// function must be called once the join ends.
-func (a *admission) acquire(src string) (func(), error) {
-	sl, err := a.take(src, 0)
-	if err != nil {
-		return nil, err
-	}
-	return sl.release, nil
-}
-
 // release gives the slot back at the end of the join, recording the
 // join's hold.
 func (s *slot) release() {

@@ -159,3 +159,13 @@ func TestChallengeWaitIsOneHold(t *testing.T) {
 		t.Fatal("a 17th wait place granted")
 	}
 }
+
+// acquire is take for a join that held no slot before; the release
+// function must be called once the join ends.
+func (a *admission) acquire(src string) (func(), error) {
+	sl, err := a.take(src, 0)
+	if err != nil {
+		return nil, err
+	}
+	return sl.release, nil
+}

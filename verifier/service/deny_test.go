@@ -17,6 +17,7 @@ import (
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/policy"
+	"github.com/latchkey/latchkey/verifier/policy/policytest"
 	"github.com/latchkey/latchkey/verifier/service"
 )
 
@@ -277,7 +278,7 @@ func TestRevokerSweepDeniesBoundMachineAndSkipsBadRecords(t *testing.T) {
 	}
 	m := &fakeMinter{live: map[string]bool{}}
 	logs := &logtest.Buffer{}
-	r, err := service.NewRevoker(service.RevokerConfig{Policy: policy.NewStatic(snap), Bindings: store, Minter: m,
+	r, err := service.NewRevoker(service.RevokerConfig{Policy: policytest.Static(snap), Bindings: store, Minter: m,
 		Logger: slog.New(slog.NewTextHandler(io.MultiWriter(logs), nil))})
 	if err != nil {
 		t.Fatal(err)

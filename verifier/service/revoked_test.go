@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/policy"
+	"github.com/latchkey/latchkey/verifier/policy/policytest"
 	"github.com/latchkey/latchkey/verifier/service"
 	"github.com/latchkey/latchkey/verifier/token"
 )
@@ -76,7 +77,7 @@ deny:
 		t.Fatal(err)
 	}
 	m := &flakyMinter{fakeMinter: fakeMinter{live: map[string]bool{}}, fail: true}
-	r, err := service.NewRevoker(service.RevokerConfig{Policy: policy.NewStatic(snap), Bindings: store, Minter: m,
+	r, err := service.NewRevoker(service.RevokerConfig{Policy: policytest.Static(snap), Bindings: store, Minter: m,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

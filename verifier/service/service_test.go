@@ -28,6 +28,7 @@ import (
 	"github.com/latchkey/latchkey/verifier/keys"
 	"github.com/latchkey/latchkey/verifier/metrics"
 	"github.com/latchkey/latchkey/verifier/policy"
+	"github.com/latchkey/latchkey/verifier/policy/policytest"
 	"github.com/latchkey/latchkey/verifier/service"
 	"github.com/latchkey/latchkey/verifier/servingcert"
 	"github.com/latchkey/latchkey/verifier/token"
@@ -164,7 +165,7 @@ func startVerifier(t *testing.T, o envOpt) *env {
 	if o.bindings != nil {
 		*o.bindings = store
 	}
-	var src policy.Source = policy.NewStatic(snap)
+	var src policy.Source = policytest.Static(snap)
 	if o.policy != nil {
 		o.policy.cur.Store(snap)
 		src = o.policy
@@ -176,7 +177,7 @@ func startVerifier(t *testing.T, o envOpt) *env {
 		cfg.Minter = o.minter
 	}
 	if o.next != nil {
-		cfg.PolicyNext = policy.NewStatic(o.next)
+		cfg.PolicyNext = policytest.Static(o.next)
 	}
 	svc, err := service.New(cfg)
 	if err != nil {

@@ -127,15 +127,6 @@ func roleLabel(r latchkeyv1.Role) string {
 	return protocol.RoleWorker
 }
 
-// roleFromLabel reads kubekey.LabelRole back; anything but control-plane is a
-// worker, the token with fewer rights.
-func roleFromLabel(v string) latchkeyv1.Role {
-	if r, ok := protocol.ParseRole(v); ok {
-		return r
-	}
-	return latchkeyv1.Role_ROLE_WORKER
-}
-
 // groupsFor lists the token's extra groups.
 func groupsFor(req Request) []string {
 	groups := []string{Group, NodeGroup(req.NodeName)}
@@ -200,44 +191,4 @@ func ValidID(id string) bool {
 		}
 	}
 	return true
-}
-
-// Info is what a token Secret written by bootstrapSecret says about its
-// token; never the token's secret.
-type Info struct {
-	ID             string
-	NodeName       string
-	Role           latchkeyv1.Role
-	EvidenceDigest string
-	Created        time.Time
-	// Expiry is zero when the Secret has no expiration, or one that does
-	// not parse: then ExpirationMalformed is set and RawExpiration holds
-	// it (the bootstrap authenticator treats such a token as expired).
-	Expiry              time.Time
-	ExpirationMalformed bool
-	RawExpiration       string
-}
-
-// ReadSecret reads a token Secret's public fields, the inverse of
-// bootstrapSecret. ok is false for a Secret that is not a bootstrap
-// token.
-func ReadSecret(s *corev1.Secret) (info Info, ok bool) {
-	if s.Type != bootstrapapi.SecretTypeBootstrapToken {
-		return Info{}, false
-	}
-	info = Info{
-		ID:             string(s.Data[bootstrapapi.BootstrapTokenIDKey]),
-		NodeName:       s.Annotations[kubekey.AnnotationNodeName],
-		Role:           roleFromLabel(s.Labels[kubekey.LabelRole]),
-		EvidenceDigest: s.Annotations[kubekey.AnnotationEvidenceDigest],
-		Created:        s.CreationTimestamp.Time,
-	}
-	if raw, has := s.Data[bootstrapapi.BootstrapTokenExpirationKey]; has {
-		if exp, err := time.Parse(time.RFC3339, string(raw)); err == nil {
-			info.Expiry = exp
-		} else {
-			info.ExpirationMalformed, info.RawExpiration = true, string(raw)
-		}
-	}
-	return info, true
 }
