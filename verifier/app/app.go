@@ -292,7 +292,7 @@ func (v *Verifier) gracefulStop() {
 	go func() { v.grpc.GracefulStop(); close(done) }()
 	limit := v.cfg.JoinTimeout.Duration
 	if limit <= 0 {
-		limit = 60 * time.Second
+		limit = service.DefaultJoinTimeout
 	}
 	select {
 	case <-done:
