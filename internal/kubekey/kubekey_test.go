@@ -5,7 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,6 +12,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/latchkey/latchkey/internal/gosrctest"
 )
 
 // productDirs are the trees whose non-test code must name latchkey's
@@ -55,30 +56,10 @@ func TestKeysLiveHere(t *testing.T) {
 func scanTree(t *testing.T, root, dir string) []finding {
 	t.Helper()
 	var found []finding
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path == filepath.Join(root, ownDir) || d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		file, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	skip := func(rel string) bool { return rel == ownDir || filepath.Base(rel) == "testdata" }
+	gosrctest.Walk(t, root, dir, skip, func(fset *token.FileSet, file *ast.File) {
 		found = append(found, scanFile(fset, file)...)
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return found
 }
 

@@ -5,13 +5,14 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/latchkey/latchkey/internal/gosrctest"
 )
 
 // productDirs are the trees whose non-test code must log with the
@@ -66,24 +67,9 @@ func TestKeysAreConstants(t *testing.T) {
 func scanTree(t *testing.T, root, dir string) []finding {
 	t.Helper()
 	var found []finding
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		file, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	gosrctest.Walk(t, root, dir, nil, func(fset *token.FileSet, file *ast.File) {
 		found = append(found, scanFile(fset, file)...)
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return found
 }
 
