@@ -359,9 +359,15 @@ type Refusal struct {
 	// Set with RESOURCE_EXHAUSTED: the verifier is at its admission limit
 	// and asks the agent to retry after about this many milliseconds (the
 	// agent adds jitter). Derived from the verifier's current throughput.
-	RetryAfterMs  uint32 `protobuf:"varint,3,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RetryAfterMs uint32 `protobuf:"varint,3,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	// The node must erase its offline grant (docs/offline-unlock.md): set
+	// when the refusal is one that withdraws it (REVOKED,
+	// IDENTITY_MISMATCH, KEY_GENERATION_RETIRED or a policy refusal). The
+	// agent erases the sealed copy and confirms at its next contact
+	// (Hello.offline).
+	WithdrawOffline bool `protobuf:"varint,4,opt,name=withdraw_offline,json=withdrawOffline,proto3" json:"withdraw_offline,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Refusal) Reset() {
@@ -415,6 +421,13 @@ func (x *Refusal) GetRetryAfterMs() uint32 {
 	return 0
 }
 
+func (x *Refusal) GetWithdrawOffline() bool {
+	if x != nil {
+		return x.WithdrawOffline
+	}
+	return false
+}
+
 // Hello opens a join attempt.
 type Hello struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -441,8 +454,12 @@ type Hello struct {
 	// it only selects which of the same disk's keys an entitled machine
 	// receives.
 	DiskKeyGeneration *uint32 `protobuf:"varint,9,opt,name=disk_key_generation,json=diskKeyGeneration,proto3,oneof" json:"disk_key_generation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// What the node holds of an offline grant; absent when it never held
+	// one. Not part of the session binding: it only drives audit lines,
+	// metrics and the offline taint, never a decision to release a key.
+	Offline       *OfflineState `protobuf:"bytes,10,opt,name=offline,proto3" json:"offline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -538,6 +555,95 @@ func (x *Hello) GetDiskKeyGeneration() uint32 {
 	return 0
 }
 
+func (x *Hello) GetOffline() *OfflineState {
+	if x != nil {
+		return x.Offline
+	}
+	return nil
+}
+
+// OfflineState is the agent's report of its offline grant.
+type OfflineState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A sealed copy of the disk key is stored on the state disk.
+	Held bool `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
+	// This boot unlocked the state disk offline, without a verifier.
+	BootedOffline bool `protobuf:"varint,2,opt,name=booted_offline,json=bootedOffline,proto3" json:"booted_offline,omitempty"`
+	// The offline boot's number (1 = the first boot after the attestation
+	// that granted it) and the grant's bound, when booted_offline is set.
+	Boot     uint32 `protobuf:"varint,3,opt,name=boot,proto3" json:"boot,omitempty"`
+	MaxBoots uint32 `protobuf:"varint,4,opt,name=max_boots,json=maxBoots,proto3" json:"max_boots,omitempty"`
+	// The agent erased its grant because a verifier withdrew it.
+	Withdrawn     bool `protobuf:"varint,5,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OfflineState) Reset() {
+	*x = OfflineState{}
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OfflineState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OfflineState) ProtoMessage() {}
+
+func (x *OfflineState) ProtoReflect() protoreflect.Message {
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OfflineState.ProtoReflect.Descriptor instead.
+func (*OfflineState) Descriptor() ([]byte, []int) {
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *OfflineState) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
+func (x *OfflineState) GetBootedOffline() bool {
+	if x != nil {
+		return x.BootedOffline
+	}
+	return false
+}
+
+func (x *OfflineState) GetBoot() uint32 {
+	if x != nil {
+		return x.Boot
+	}
+	return 0
+}
+
+func (x *OfflineState) GetMaxBoots() uint32 {
+	if x != nil {
+		return x.MaxBoots
+	}
+	return 0
+}
+
+func (x *OfflineState) GetWithdrawn() bool {
+	if x != nil {
+		return x.Withdrawn
+	}
+	return false
+}
+
 // Challenge is a variant-specific round trip the verifier needs (TPM
 // credential activation). The payload is a serialized TPMChallenge.
 type Challenge struct {
@@ -549,7 +655,7 @@ type Challenge struct {
 
 func (x *Challenge) Reset() {
 	*x = Challenge{}
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[2]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +667,7 @@ func (x *Challenge) String() string {
 func (*Challenge) ProtoMessage() {}
 
 func (x *Challenge) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[2]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +680,7 @@ func (x *Challenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Challenge.ProtoReflect.Descriptor instead.
 func (*Challenge) Descriptor() ([]byte, []int) {
-	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{2}
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Challenge) GetPayload() []byte {
@@ -594,7 +700,7 @@ type ChallengeResponse struct {
 
 func (x *ChallengeResponse) Reset() {
 	*x = ChallengeResponse{}
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[3]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -606,7 +712,7 @@ func (x *ChallengeResponse) String() string {
 func (*ChallengeResponse) ProtoMessage() {}
 
 func (x *ChallengeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[3]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -619,7 +725,7 @@ func (x *ChallengeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChallengeResponse.ProtoReflect.Descriptor instead.
 func (*ChallengeResponse) Descriptor() ([]byte, []int) {
-	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{3}
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ChallengeResponse) GetPayload() []byte {
@@ -661,13 +767,20 @@ type Ticket struct {
 	PreviousDiskKey []byte `protobuf:"bytes,9,opt,name=previous_disk_key,json=previousDiskKey,proto3" json:"previous_disk_key,omitempty"`
 	// The generation of previous_disk_key (meaningful only when it is set).
 	PreviousKeyGeneration uint32 `protobuf:"varint,10,opt,name=previous_key_generation,json=previousKeyGeneration,proto3" json:"previous_key_generation,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// A grant to unlock the disk offline, set when the policy allows it
+	// (offlineUnlock) for this variant; renewed by every ticket that carries
+	// one. Absent otherwise.
+	OfflineGrant *OfflineGrant `protobuf:"bytes,11,opt,name=offline_grant,json=offlineGrant,proto3" json:"offline_grant,omitempty"`
+	// The node must erase any offline grant it holds (the policy no longer
+	// allows one, or the master secret rotated).
+	WithdrawOffline bool `protobuf:"varint,12,opt,name=withdraw_offline,json=withdrawOffline,proto3" json:"withdraw_offline,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Ticket) Reset() {
 	*x = Ticket{}
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[4]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +792,7 @@ func (x *Ticket) String() string {
 func (*Ticket) ProtoMessage() {}
 
 func (x *Ticket) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[4]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +805,7 @@ func (x *Ticket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ticket.ProtoReflect.Descriptor instead.
 func (*Ticket) Descriptor() ([]byte, []int) {
-	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{4}
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Ticket) GetDiskKey() []byte {
@@ -765,6 +878,139 @@ func (x *Ticket) GetPreviousKeyGeneration() uint32 {
 	return 0
 }
 
+func (x *Ticket) GetOfflineGrant() *OfflineGrant {
+	if x != nil {
+		return x.OfflineGrant
+	}
+	return nil
+}
+
+func (x *Ticket) GetWithdrawOffline() bool {
+	if x != nil {
+		return x.WithdrawOffline
+	}
+	return false
+}
+
+// OfflineGrant lets a node's TPM release the sealed copy of its disk key
+// without a verifier, within bounds the TPM itself enforces
+// (docs/offline-unlock.md). The verifier signs, with its grant key, the
+// TPM policy digest of: PolicyPCR(pcrs) then PolicyCounterTimer(resetCount
+// <= reset_count + max_boots) then PolicyCounterTimer(clock <= clock_ms +
+// max_hours*3600000), authorized under policy_ref; the sealed object's own
+// policy is PolicyAuthorize(signer, policy_ref) then PolicyNV(the node's
+// grant counter == its value at sealing).
+type OfflineGrant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// TPMT_PUBLIC (TPM wire format) of the verifier's grant key, an ECC
+	// NIST P-256 signing key derived from the master secret.
+	SignerPublic []byte `protobuf:"bytes,1,opt,name=signer_public,json=signerPublic,proto3" json:"signer_public,omitempty"`
+	// Binds the grant to one machine and one disk (see
+	// offline.PolicyRef); at most 64 bytes.
+	PolicyRef []byte `protobuf:"bytes,2,opt,name=policy_ref,json=policyRef,proto3" json:"policy_ref,omitempty"`
+	// The SHA-256 PCR values a boot must have, by PCR index: the values the
+	// verifier accepted, read from the verified quote.
+	Pcrs map[uint32][]byte `protobuf:"bytes,3,rep,name=pcrs,proto3" json:"pcrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The TPM's resetCount and clock (milliseconds) from the verified
+	// quote's TPMS_CLOCK_INFO.
+	ResetCount uint32 `protobuf:"varint,4,opt,name=reset_count,json=resetCount,proto3" json:"reset_count,omitempty"`
+	ClockMs    uint64 `protobuf:"varint,5,opt,name=clock_ms,json=clockMs,proto3" json:"clock_ms,omitempty"`
+	// The bounds the policy set (offlineUnlock.maxBoots / maxHours).
+	MaxBoots uint32 `protobuf:"varint,6,opt,name=max_boots,json=maxBoots,proto3" json:"max_boots,omitempty"`
+	MaxHours uint32 `protobuf:"varint,7,opt,name=max_hours,json=maxHours,proto3" json:"max_hours,omitempty"`
+	// TPMT_SIGNATURE (TPM wire format, ECDSA SHA-256) over
+	// SHA-256(approvedPolicy || policy_ref).
+	Signature     []byte `protobuf:"bytes,8,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OfflineGrant) Reset() {
+	*x = OfflineGrant{}
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OfflineGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OfflineGrant) ProtoMessage() {}
+
+func (x *OfflineGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OfflineGrant.ProtoReflect.Descriptor instead.
+func (*OfflineGrant) Descriptor() ([]byte, []int) {
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *OfflineGrant) GetSignerPublic() []byte {
+	if x != nil {
+		return x.SignerPublic
+	}
+	return nil
+}
+
+func (x *OfflineGrant) GetPolicyRef() []byte {
+	if x != nil {
+		return x.PolicyRef
+	}
+	return nil
+}
+
+func (x *OfflineGrant) GetPcrs() map[uint32][]byte {
+	if x != nil {
+		return x.Pcrs
+	}
+	return nil
+}
+
+func (x *OfflineGrant) GetResetCount() uint32 {
+	if x != nil {
+		return x.ResetCount
+	}
+	return 0
+}
+
+func (x *OfflineGrant) GetClockMs() uint64 {
+	if x != nil {
+		return x.ClockMs
+	}
+	return 0
+}
+
+func (x *OfflineGrant) GetMaxBoots() uint32 {
+	if x != nil {
+		return x.MaxBoots
+	}
+	return 0
+}
+
+func (x *OfflineGrant) GetMaxHours() uint32 {
+	if x != nil {
+		return x.MaxHours
+	}
+	return 0
+}
+
+func (x *OfflineGrant) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // TicketAck tells the verifier that the agent holds the ticket. Until it
 // arrives the verifier owns the bootstrap token and revokes it when the
 // stream ends without an ack.
@@ -776,7 +1022,7 @@ type TicketAck struct {
 
 func (x *TicketAck) Reset() {
 	*x = TicketAck{}
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[5]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +1034,7 @@ func (x *TicketAck) String() string {
 func (*TicketAck) ProtoMessage() {}
 
 func (x *TicketAck) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[5]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +1047,7 @@ func (x *TicketAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TicketAck.ProtoReflect.Descriptor instead.
 func (*TicketAck) Descriptor() ([]byte, []int) {
-	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{5}
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{7}
 }
 
 // AgentMessage is one message of the agent's half of the stream.
@@ -819,7 +1065,7 @@ type AgentMessage struct {
 
 func (x *AgentMessage) Reset() {
 	*x = AgentMessage{}
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[6]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +1077,7 @@ func (x *AgentMessage) String() string {
 func (*AgentMessage) ProtoMessage() {}
 
 func (x *AgentMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[6]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +1090,7 @@ func (x *AgentMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentMessage.ProtoReflect.Descriptor instead.
 func (*AgentMessage) Descriptor() ([]byte, []int) {
-	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{6}
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AgentMessage) GetMsg() isAgentMessage_Msg {
@@ -917,7 +1163,7 @@ type VerifierMessage struct {
 
 func (x *VerifierMessage) Reset() {
 	*x = VerifierMessage{}
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[7]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1175,7 @@ func (x *VerifierMessage) String() string {
 func (*VerifierMessage) ProtoMessage() {}
 
 func (x *VerifierMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[7]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1188,7 @@ func (x *VerifierMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifierMessage.ProtoReflect.Descriptor instead.
 func (*VerifierMessage) Descriptor() ([]byte, []int) {
-	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{7}
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *VerifierMessage) GetMsg() isVerifierMessage_Msg {
@@ -1019,7 +1265,7 @@ type TPMEvidence struct {
 
 func (x *TPMEvidence) Reset() {
 	*x = TPMEvidence{}
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[8]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1277,7 @@ func (x *TPMEvidence) String() string {
 func (*TPMEvidence) ProtoMessage() {}
 
 func (x *TPMEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[8]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1290,7 @@ func (x *TPMEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TPMEvidence.ProtoReflect.Descriptor instead.
 func (*TPMEvidence) Descriptor() ([]byte, []int) {
-	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{8}
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TPMEvidence) GetAkPublic() []byte {
@@ -1122,7 +1368,7 @@ type TPMChallenge struct {
 
 func (x *TPMChallenge) Reset() {
 	*x = TPMChallenge{}
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[9]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1380,7 @@ func (x *TPMChallenge) String() string {
 func (*TPMChallenge) ProtoMessage() {}
 
 func (x *TPMChallenge) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[9]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1393,7 @@ func (x *TPMChallenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TPMChallenge.ProtoReflect.Descriptor instead.
 func (*TPMChallenge) Descriptor() ([]byte, []int) {
-	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{9}
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TPMChallenge) GetCredentialBlob() []byte {
@@ -1174,7 +1420,7 @@ type TPMChallengeResponse struct {
 
 func (x *TPMChallengeResponse) Reset() {
 	*x = TPMChallengeResponse{}
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[10]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1432,7 @@ func (x *TPMChallengeResponse) String() string {
 func (*TPMChallengeResponse) ProtoMessage() {}
 
 func (x *TPMChallengeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[10]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1445,7 @@ func (x *TPMChallengeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TPMChallengeResponse.ProtoReflect.Descriptor instead.
 func (*TPMChallengeResponse) Descriptor() ([]byte, []int) {
-	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{10}
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TPMChallengeResponse) GetSecret() []byte {
@@ -1222,7 +1468,7 @@ type SNPEvidence struct {
 
 func (x *SNPEvidence) Reset() {
 	*x = SNPEvidence{}
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[11]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1480,7 @@ func (x *SNPEvidence) String() string {
 func (*SNPEvidence) ProtoMessage() {}
 
 func (x *SNPEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_latchkey_v1_latchkey_proto_msgTypes[11]
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1493,7 @@ func (x *SNPEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SNPEvidence.ProtoReflect.Descriptor instead.
 func (*SNPEvidence) Descriptor() ([]byte, []int) {
-	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{11}
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SNPEvidence) GetReport() []byte {
@@ -1268,11 +1514,12 @@ var File_latchkey_v1_latchkey_proto protoreflect.FileDescriptor
 
 const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\n" +
-	"\x1alatchkey/v1/latchkey.proto\x12\vlatchkey.v1\"t\n" +
+	"\x1alatchkey/v1/latchkey.proto\x12\vlatchkey.v1\"\x9f\x01\n" +
 	"\aRefusal\x12+\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x13.latchkey.v1.ReasonR\x06reason\x12\x16\n" +
 	"\x06detail\x18\x02 \x01(\tR\x06detail\x12$\n" +
-	"\x0eretry_after_ms\x18\x03 \x01(\rR\fretryAfterMs\"\xee\x02\n" +
+	"\x0eretry_after_ms\x18\x03 \x01(\rR\fretryAfterMs\x12)\n" +
+	"\x10withdraw_offline\x18\x04 \x01(\bR\x0fwithdrawOffline\"\xa3\x03\n" +
 	"\x05Hello\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1b\n" +
 	"\tdisk_uuid\x18\x02 \x01(\tR\bdiskUuid\x12%\n" +
@@ -1282,12 +1529,20 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\avariant\x18\x06 \x01(\x0e2\x14.latchkey.v1.VariantR\avariant\x12\x1a\n" +
 	"\bevidence\x18\a \x01(\fR\bevidence\x12.\n" +
 	"\apurpose\x18\b \x01(\x0e2\x14.latchkey.v1.PurposeR\apurpose\x123\n" +
-	"\x13disk_key_generation\x18\t \x01(\rH\x00R\x11diskKeyGeneration\x88\x01\x01B\x16\n" +
-	"\x14_disk_key_generation\"%\n" +
+	"\x13disk_key_generation\x18\t \x01(\rH\x00R\x11diskKeyGeneration\x88\x01\x01\x123\n" +
+	"\aoffline\x18\n" +
+	" \x01(\v2\x19.latchkey.v1.OfflineStateR\aofflineB\x16\n" +
+	"\x14_disk_key_generation\"\x98\x01\n" +
+	"\fOfflineState\x12\x12\n" +
+	"\x04held\x18\x01 \x01(\bR\x04held\x12%\n" +
+	"\x0ebooted_offline\x18\x02 \x01(\bR\rbootedOffline\x12\x12\n" +
+	"\x04boot\x18\x03 \x01(\rR\x04boot\x12\x1b\n" +
+	"\tmax_boots\x18\x04 \x01(\rR\bmaxBoots\x12\x1c\n" +
+	"\twithdrawn\x18\x05 \x01(\bR\twithdrawn\"%\n" +
 	"\tChallenge\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\"-\n" +
 	"\x11ChallengeResponse\x12\x18\n" +
-	"\apayload\x18\x01 \x01(\fR\apayload\"\x8e\x03\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\"\xf9\x03\n" +
 	"\x06Ticket\x12\x19\n" +
 	"\bdisk_key\x18\x01 \x01(\fR\adiskKey\x120\n" +
 	"\x14api_server_endpoints\x18\x02 \x03(\tR\x12apiServerEndpoints\x12\x14\n" +
@@ -1299,7 +1554,23 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\x0ekey_generation\x18\b \x01(\rR\rkeyGeneration\x12*\n" +
 	"\x11previous_disk_key\x18\t \x01(\fR\x0fpreviousDiskKey\x126\n" +
 	"\x17previous_key_generation\x18\n" +
-	" \x01(\rR\x15previousKeyGeneration\"\v\n" +
+	" \x01(\rR\x15previousKeyGeneration\x12>\n" +
+	"\roffline_grant\x18\v \x01(\v2\x19.latchkey.v1.OfflineGrantR\fofflineGrant\x12)\n" +
+	"\x10withdraw_offline\x18\f \x01(\bR\x0fwithdrawOffline\"\xd8\x02\n" +
+	"\fOfflineGrant\x12#\n" +
+	"\rsigner_public\x18\x01 \x01(\fR\fsignerPublic\x12\x1d\n" +
+	"\n" +
+	"policy_ref\x18\x02 \x01(\fR\tpolicyRef\x127\n" +
+	"\x04pcrs\x18\x03 \x03(\v2#.latchkey.v1.OfflineGrant.PcrsEntryR\x04pcrs\x12\x1f\n" +
+	"\vreset_count\x18\x04 \x01(\rR\n" +
+	"resetCount\x12\x19\n" +
+	"\bclock_ms\x18\x05 \x01(\x04R\aclockMs\x12\x1b\n" +
+	"\tmax_boots\x18\x06 \x01(\rR\bmaxBoots\x12\x1b\n" +
+	"\tmax_hours\x18\a \x01(\rR\bmaxHours\x12\x1c\n" +
+	"\tsignature\x18\b \x01(\fR\tsignature\x1a7\n" +
+	"\tPcrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\v\n" +
 	"\tTicketAck\"\xcb\x01\n" +
 	"\fAgentMessage\x12*\n" +
 	"\x05hello\x18\x01 \x01(\v2\x12.latchkey.v1.HelloH\x00R\x05hello\x12O\n" +
@@ -1388,7 +1659,7 @@ func file_latchkey_v1_latchkey_proto_rawDescGZIP() []byte {
 }
 
 var file_latchkey_v1_latchkey_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_latchkey_v1_latchkey_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_latchkey_v1_latchkey_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_latchkey_v1_latchkey_proto_goTypes = []any{
 	(Role)(0),                    // 0: latchkey.v1.Role
 	(Variant)(0),                 // 1: latchkey.v1.Variant
@@ -1396,36 +1667,42 @@ var file_latchkey_v1_latchkey_proto_goTypes = []any{
 	(Purpose)(0),                 // 3: latchkey.v1.Purpose
 	(*Refusal)(nil),              // 4: latchkey.v1.Refusal
 	(*Hello)(nil),                // 5: latchkey.v1.Hello
-	(*Challenge)(nil),            // 6: latchkey.v1.Challenge
-	(*ChallengeResponse)(nil),    // 7: latchkey.v1.ChallengeResponse
-	(*Ticket)(nil),               // 8: latchkey.v1.Ticket
-	(*TicketAck)(nil),            // 9: latchkey.v1.TicketAck
-	(*AgentMessage)(nil),         // 10: latchkey.v1.AgentMessage
-	(*VerifierMessage)(nil),      // 11: latchkey.v1.VerifierMessage
-	(*TPMEvidence)(nil),          // 12: latchkey.v1.TPMEvidence
-	(*TPMChallenge)(nil),         // 13: latchkey.v1.TPMChallenge
-	(*TPMChallengeResponse)(nil), // 14: latchkey.v1.TPMChallengeResponse
-	(*SNPEvidence)(nil),          // 15: latchkey.v1.SNPEvidence
-	nil,                          // 16: latchkey.v1.TPMEvidence.PcrsEntry
+	(*OfflineState)(nil),         // 6: latchkey.v1.OfflineState
+	(*Challenge)(nil),            // 7: latchkey.v1.Challenge
+	(*ChallengeResponse)(nil),    // 8: latchkey.v1.ChallengeResponse
+	(*Ticket)(nil),               // 9: latchkey.v1.Ticket
+	(*OfflineGrant)(nil),         // 10: latchkey.v1.OfflineGrant
+	(*TicketAck)(nil),            // 11: latchkey.v1.TicketAck
+	(*AgentMessage)(nil),         // 12: latchkey.v1.AgentMessage
+	(*VerifierMessage)(nil),      // 13: latchkey.v1.VerifierMessage
+	(*TPMEvidence)(nil),          // 14: latchkey.v1.TPMEvidence
+	(*TPMChallenge)(nil),         // 15: latchkey.v1.TPMChallenge
+	(*TPMChallengeResponse)(nil), // 16: latchkey.v1.TPMChallengeResponse
+	(*SNPEvidence)(nil),          // 17: latchkey.v1.SNPEvidence
+	nil,                          // 18: latchkey.v1.OfflineGrant.PcrsEntry
+	nil,                          // 19: latchkey.v1.TPMEvidence.PcrsEntry
 }
 var file_latchkey_v1_latchkey_proto_depIdxs = []int32{
 	2,  // 0: latchkey.v1.Refusal.reason:type_name -> latchkey.v1.Reason
 	0,  // 1: latchkey.v1.Hello.role:type_name -> latchkey.v1.Role
 	1,  // 2: latchkey.v1.Hello.variant:type_name -> latchkey.v1.Variant
 	3,  // 3: latchkey.v1.Hello.purpose:type_name -> latchkey.v1.Purpose
-	5,  // 4: latchkey.v1.AgentMessage.hello:type_name -> latchkey.v1.Hello
-	7,  // 5: latchkey.v1.AgentMessage.challenge_response:type_name -> latchkey.v1.ChallengeResponse
-	9,  // 6: latchkey.v1.AgentMessage.ticket_ack:type_name -> latchkey.v1.TicketAck
-	6,  // 7: latchkey.v1.VerifierMessage.challenge:type_name -> latchkey.v1.Challenge
-	8,  // 8: latchkey.v1.VerifierMessage.ticket:type_name -> latchkey.v1.Ticket
-	16, // 9: latchkey.v1.TPMEvidence.pcrs:type_name -> latchkey.v1.TPMEvidence.PcrsEntry
-	10, // 10: latchkey.v1.JoinService.Join:input_type -> latchkey.v1.AgentMessage
-	11, // 11: latchkey.v1.JoinService.Join:output_type -> latchkey.v1.VerifierMessage
-	11, // [11:12] is the sub-list for method output_type
-	10, // [10:11] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	6,  // 4: latchkey.v1.Hello.offline:type_name -> latchkey.v1.OfflineState
+	10, // 5: latchkey.v1.Ticket.offline_grant:type_name -> latchkey.v1.OfflineGrant
+	18, // 6: latchkey.v1.OfflineGrant.pcrs:type_name -> latchkey.v1.OfflineGrant.PcrsEntry
+	5,  // 7: latchkey.v1.AgentMessage.hello:type_name -> latchkey.v1.Hello
+	8,  // 8: latchkey.v1.AgentMessage.challenge_response:type_name -> latchkey.v1.ChallengeResponse
+	11, // 9: latchkey.v1.AgentMessage.ticket_ack:type_name -> latchkey.v1.TicketAck
+	7,  // 10: latchkey.v1.VerifierMessage.challenge:type_name -> latchkey.v1.Challenge
+	9,  // 11: latchkey.v1.VerifierMessage.ticket:type_name -> latchkey.v1.Ticket
+	19, // 12: latchkey.v1.TPMEvidence.pcrs:type_name -> latchkey.v1.TPMEvidence.PcrsEntry
+	12, // 13: latchkey.v1.JoinService.Join:input_type -> latchkey.v1.AgentMessage
+	13, // 14: latchkey.v1.JoinService.Join:output_type -> latchkey.v1.VerifierMessage
+	14, // [14:15] is the sub-list for method output_type
+	13, // [13:14] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_latchkey_v1_latchkey_proto_init() }
@@ -1434,12 +1711,12 @@ func file_latchkey_v1_latchkey_proto_init() {
 		return
 	}
 	file_latchkey_v1_latchkey_proto_msgTypes[1].OneofWrappers = []any{}
-	file_latchkey_v1_latchkey_proto_msgTypes[6].OneofWrappers = []any{
+	file_latchkey_v1_latchkey_proto_msgTypes[8].OneofWrappers = []any{
 		(*AgentMessage_Hello)(nil),
 		(*AgentMessage_ChallengeResponse)(nil),
 		(*AgentMessage_TicketAck)(nil),
 	}
-	file_latchkey_v1_latchkey_proto_msgTypes[7].OneofWrappers = []any{
+	file_latchkey_v1_latchkey_proto_msgTypes[9].OneofWrappers = []any{
 		(*VerifierMessage_Challenge)(nil),
 		(*VerifierMessage_Ticket)(nil),
 	}
@@ -1449,7 +1726,7 @@ func file_latchkey_v1_latchkey_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_latchkey_v1_latchkey_proto_rawDesc), len(file_latchkey_v1_latchkey_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   13,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
