@@ -88,13 +88,44 @@ func newMachine(t testing.TB, maxBoots, maxHours uint32) *machine {
 	boot(t, m.sim)
 	m.grant = m.grantNow(t, maxBoots, maxHours)
 	m.sealed = with(t, m.sim, func(tp transport.TPM) *Sealed {
-		s, err := Seal(tp, m.key, m.grant)
+		rec := &recorder{TPM: tp}
+		s, err := Seal(rec, m.key, m.grant)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if rec.saw(m.key) {
+			t.Error("the key crossed the TPM connection in clear while sealing")
+		}
 		return s
 	})
+	if h := m.sim.TransientHandles(t); len(h) != 0 {
+		t.Errorf("Seal left transient objects %v", h)
+	}
+	if h := m.sim.LoadedSessions(t); len(h) != 0 {
+		t.Errorf("Seal left sessions %v", h)
+	}
 	return m
+}
+
+// recorder keeps every command and response sent through it.
+type recorder struct {
+	transport.TPM
+	traffic [][]byte
+}
+
+func (r *recorder) Send(cmd []byte) ([]byte, error) {
+	rsp, err := r.TPM.Send(cmd)
+	r.traffic = append(r.traffic, bytes.Clone(cmd), bytes.Clone(rsp))
+	return rsp, err
+}
+
+func (r *recorder) saw(secret []byte) bool {
+	for _, b := range r.traffic {
+		if bytes.Contains(b, secret) {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *machine) grantNow(t testing.TB, maxBoots, maxHours uint32) *latchkeyv1.OfflineGrant {
@@ -160,6 +191,17 @@ func TestUnsealInMatchingBoot(t *testing.T) {
 	m := newMachine(t, 3, 24)
 	reboot(t, m.sim)
 	st := m.mustUnseal(t, m.grant)
+	// The key leaves the TPM encrypted to the session salted to the SRK.
+	with(t, m.sim, func(tp transport.TPM) error {
+		rec := &recorder{TPM: tp}
+		if key, _, err := Unseal(rec, m.sealed, m.grant); err != nil || !bytes.Equal(key, m.key) {
+			t.Fatalf("unseal: %v", err)
+		}
+		if rec.saw(m.key) {
+			t.Error("the key crossed the TPM connection in clear while unsealing")
+		}
+		return nil
+	})
 	if st.Boot != 1 || st.MaxBoots != 3 || st.HoursLeft <= 23 || st.HoursLeft > 24 {
 		t.Errorf("status %+v, want boot 1 of 3, 23-24 hours left", st)
 	}

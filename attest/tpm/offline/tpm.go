@@ -42,13 +42,14 @@ func Seal(tp transport.TPM, key []byte, g *latchkeyv1.OfflineGrant) (*Sealed, er
 		return nil, fmt.Errorf("offline: seal: %w", err)
 	}
 	defer flush(tp, srk.Handle)
+	enc := tpm2.HMAC(tpm2.TPMAlgSHA256, nonceSize, encryptSession(srk, tpm2.AESEncryption(128, tpm2.EncryptIn))...)
 	rsp, err := tpm2.Create{
 		ParentHandle: tpm2.AuthHandle{Handle: srk.Handle, Name: srk.Name, Auth: tpm2.PasswordAuth(nil)},
 		InSensitive: tpm2.TPM2BSensitiveCreate{Sensitive: &tpm2.TPMSSensitiveCreate{
 			Data: tpm2.NewTPMUSensitiveCreate(&tpm2.TPM2BSensitiveData{Buffer: key}),
 		}},
 		InPublic: tpm2.New2B(sealedTemplate(sealPolicy(name, req.PolicyRef, nv.Name.Buffer, value))),
-	}.Execute(tp)
+	}.Execute(tp, enc)
 	if err != nil {
 		return nil, fmt.Errorf("offline: seal: create sealed object: %w", err)
 	}
@@ -149,18 +150,37 @@ func readCounter(tp transport.TPM, nv tpm2.NamedHandle) (uint64, error) {
 	return binary.BigEndian.Uint64(rsp.Data.Buffer), nil
 }
 
+// srk is the storage root key: its handle and name, and its public area
+// for salting sessions.
+type srk struct {
+	tpm2.NamedHandle
+	public tpm2.TPMTPublic
+}
+
 // createSRK makes the storage root key from the TCG ECC P-256 template:
 // the same key every time on one TPM (the owner seed does not change),
 // so nothing needs to be persisted.
-func createSRK(tp transport.TPM) (tpm2.NamedHandle, error) {
+func createSRK(tp transport.TPM) (*srk, error) {
 	rsp, err := tpm2.CreatePrimary{
 		PrimaryHandle: tpm2.AuthHandle{Handle: tpm2.TPMRHOwner, Auth: tpm2.PasswordAuth(nil)},
 		InPublic:      tpm2.New2B(tpm2.ECCSRKTemplate),
 	}.Execute(tp)
 	if err != nil {
-		return tpm2.NamedHandle{}, fmt.Errorf("create storage root key: %w", err)
+		return nil, fmt.Errorf("create storage root key: %w", err)
 	}
-	return tpm2.NamedHandle{Handle: rsp.ObjectHandle, Name: rsp.Name}, nil
+	pub, err := rsp.OutPublic.Contents()
+	if err != nil {
+		flush(tp, rsp.ObjectHandle)
+		return nil, fmt.Errorf("storage root key: %w", err)
+	}
+	return &srk{NamedHandle: tpm2.NamedHandle{Handle: rsp.ObjectHandle, Name: rsp.Name}, public: *pub}, nil
+}
+
+// encryptSession is a session salted to the SRK that encrypts the first
+// parameter of a command (dir EncryptIn) or response (EncryptOut), so the
+// disk key never crosses the bus to the TPM in clear.
+func encryptSession(k *srk, dir tpm2.AuthOption) []tpm2.AuthOption {
+	return []tpm2.AuthOption{tpm2.Salted(k.Handle, k.public), dir}
 }
 
 func flush(tp transport.TPM, h tpm2.TPMHandle) {

@@ -85,7 +85,8 @@ func (u *unsealer) run(pub *tpm2.TPMTPublic, name []byte, sig *tpm2.TPMTSignatur
 	if err != nil {
 		return nil, err
 	}
-	sess, closeSess, err := tpm2.PolicySession(u.tp, tpm2.TPMAlgSHA256, nonceSize)
+	sess, closeSess, err := tpm2.PolicySession(u.tp, tpm2.TPMAlgSHA256, nonceSize,
+		encryptSession(srk, tpm2.AESEncryption(128, tpm2.EncryptOut))...)
 	if err != nil {
 		return nil, fmt.Errorf("offline: start policy session: %w", err)
 	}
@@ -96,7 +97,7 @@ func (u *unsealer) run(pub *tpm2.TPMTPublic, name []byte, sig *tpm2.TPMTSignatur
 	return u.unseal(obj, sess)
 }
 
-func (u *unsealer) load(srk tpm2.NamedHandle) (tpm2.NamedHandle, error) {
+func (u *unsealer) load(srk *srk) (tpm2.NamedHandle, error) {
 	priv, err := tpm2.Unmarshal[tpm2.TPM2BPrivate](u.s.Private)
 	if err != nil {
 		return tpm2.NamedHandle{}, fmt.Errorf("%w: sealed key: private area: %v", ErrBadGrant, err)
