@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"encoding/hex"
 	"math/big"
 	"strings"
 	"testing"
@@ -56,6 +57,26 @@ func TestDeriveGrantKeyIsDeterministicPerSecret(t *testing.T) {
 	}
 	if k1.Curve != elliptic.P256() {
 		t.Errorf("curve %v, want P-256", k1.Curve.Params().Name)
+	}
+}
+
+// TestDerivationKnownAnswers pins the grant key and policy ref
+// derivations: a change would strand every sealed key in the field. The
+// values were computed independently (Python: HMAC-SHA256 HKDF, the
+// cryptography package's P-256, hashlib).
+func TestDerivationKnownAnswers(t *testing.T) {
+	k, err := DeriveGrantKey(testSecret(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := k.PublicKey.Bytes()
+	const wantPub = "049ac2fc587d48e2ef8d0a22e33c1b6f0da30f519b68daab537c07d06beab16b374066643ff93b941eba143e7ef045b058195254cb715b9affa9496439353ef2b0"
+	if got := hex.EncodeToString(pub); got != wantPub {
+		t.Errorf("grant key of 32×0x01 is %s, want %s", got, wantPub)
+	}
+	const wantRef = "b4f850a7d85474facd2ce15d36b8276ee978336c7e0f193fc16ce2e9a680b464"
+	if got := hex.EncodeToString(PolicyRef([]byte("machine"), "disk-uuid")); got != wantRef {
+		t.Errorf("policy ref %s, want %s", got, wantRef)
 	}
 }
 
