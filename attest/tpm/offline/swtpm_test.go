@@ -500,3 +500,41 @@ func clockSet(t testing.TB, sim *tpmtest.Simulator, ms uint64) {
 		return nil
 	})
 }
+
+// TestSealLeavesForeignIndexAlone: an index of another shape at the
+// grant counter's handle is refused and never counted, even when it is
+// an unwritten counter that an increment would have made usable.
+func TestSealLeavesForeignIndexAlone(t *testing.T) {
+	tpmtest.CheckTools(t)
+	sim := tpmtest.Start(t)
+	boot(t, sim)
+	foreign := counterPublic(GrantCounterIndex, false)
+	foreign.Attributes.NoDA = false
+	with(t, sim, func(tp transport.TPM) error {
+		if _, err := (tpm2.NVDefineSpace{
+			AuthHandle: tpm2.AuthHandle{Handle: tpm2.TPMRHOwner, Auth: tpm2.PasswordAuth(nil)},
+			PublicInfo: tpm2.New2B(foreign),
+		}).Execute(tp); err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	})
+	g, err := testAuthorizer(t, testSecret(1)).Grant(attest(t, sim, 3, 24))
+	if err != nil {
+		t.Fatal(err)
+	}
+	with(t, sim, func(tp transport.TPM) error {
+		_, err := Seal(tp, bytes.Repeat([]byte{1}, 32), g)
+		if err == nil || !strings.Contains(err.Error(), "NV index 0x1384c4b exists and is not a latchkey grant counter") {
+			t.Fatalf("seal: %v", err)
+		}
+		rsp, err := tpm2.NVReadPublic{NVIndex: tpm2.TPMHandle(GrantCounterIndex)}.Execute(tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pub, _ := rsp.NVPublic.Contents(); pub.Attributes.Written {
+			t.Error("Seal counted an index that is not its own")
+		}
+		return nil
+	})
+}

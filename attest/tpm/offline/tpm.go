@@ -102,6 +102,17 @@ func ensureCounter(tp transport.TPM, index uint32) (tpm2.NamedHandle, uint64, er
 	if err != nil {
 		return tpm2.NamedHandle{}, 0, err
 	}
+	want, err := counterName(index)
+	if err != nil {
+		return tpm2.NamedHandle{}, 0, err
+	}
+	// Compare the shape before counting: an index that is not ours is
+	// never touched.
+	written := *pub
+	written.Attributes.Written = true
+	if name, err := tpm2.NVName(&written); err != nil || !bytes.Equal(name.Buffer, want) {
+		return tpm2.NamedHandle{}, 0, fmt.Errorf("NV index %#x exists and is not a latchkey grant counter; refusing to use or replace it", index)
+	}
 	nv := tpm2.NamedHandle{Handle: tpm2.TPMHandle(index), Name: rsp.NVName}
 	if !pub.Attributes.Written {
 		if err := increment(tp, nv); err != nil {
@@ -113,12 +124,8 @@ func ensureCounter(tp transport.TPM, index uint32) (tpm2.NamedHandle, uint64, er
 		}
 		nv.Name = rsp.NVName
 	}
-	want, err := counterName(index)
-	if err != nil {
-		return tpm2.NamedHandle{}, 0, err
-	}
 	if !bytes.Equal(nv.Name.Buffer, want) {
-		return tpm2.NamedHandle{}, 0, fmt.Errorf("NV index %#x exists and is not a latchkey grant counter; refusing to use or replace it", index)
+		return tpm2.NamedHandle{}, 0, fmt.Errorf("NV index %#x changed while being counted", index)
 	}
 	value, err := readCounter(tp, nv)
 	return nv, value, err

@@ -112,7 +112,7 @@ func (u *unsealer) load(srk *srk) (tpm2.NamedHandle, error) {
 		InPublic:     *pub,
 	}.Execute(u.tp)
 	var rc tpm2.TPMRC
-	if errors.As(err, &rc) {
+	if errors.As(err, &rc) && !rc.IsWarning() { // a warning (no free slot, retry) is not a refusal
 		return tpm2.NamedHandle{}, fmt.Errorf("%w: the sealed key is not this TPM's or was altered (its storage root key refuses it: %v)", ErrWithdrawn, err)
 	}
 	if err != nil {
