@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/google/go-tpm/tpm2"
+
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
 // The Sealed encoding: magic, version, then the fixed-size fields and the
@@ -178,4 +180,17 @@ func checkPrivate(b []byte) error {
 		return errors.New("private area size does not match its length")
 	}
 	return nil
+}
+
+// RenewedBy reports whether g can open s without a new seal: g is signed
+// by the key s was sealed for (its signer_public names it) and is for the
+// same machine and disk. A grant from a rotated master secret is not; the
+// agent then withdraws s and seals again. It checks no signature: Unseal
+// has the TPM do that.
+func (s *Sealed) RenewedBy(g *latchkeyv1.OfflineGrant) bool {
+	if s == nil || g == nil {
+		return false
+	}
+	_, name, err := parseSigner(g.GetSignerPublic())
+	return err == nil && bytes.Equal(name, s.Signer) && bytes.Equal(g.GetPolicyRef(), s.PolicyRef)
 }

@@ -179,3 +179,26 @@ func FuzzSealedUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+func TestRenewedByNeedsSameSignerAndRef(t *testing.T) {
+	s := testSealed(t)
+	a := testAuthorizer(t, testSecret(1))
+	if g := mustGrant(t, a); !s.RenewedBy(g) {
+		t.Error("a grant of the sealing key and ref does not renew")
+	}
+	other := testRequest()
+	other.PolicyRef = PolicyRef([]byte("another machine"), "disk-uuid")
+	g, err := a.Grant(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RenewedBy(g) {
+		t.Error("a grant for another machine renews")
+	}
+	if s.RenewedBy(mustGrant(t, testAuthorizer(t, testSecret(2)))) {
+		t.Error("a grant of another key renews")
+	}
+	if s.RenewedBy(nil) {
+		t.Error("no grant renews")
+	}
+}

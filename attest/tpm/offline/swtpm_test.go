@@ -359,6 +359,9 @@ func TestFreshGrantRenewsWithoutReseal(t *testing.T) {
 	refused(t, err, ErrBootsSpent, "boot 2 since the grant, 1 allowed")
 
 	fresh := m.grantNow(t, 1, 24) // re-attestation in this boot
+	if !m.sealed.RenewedBy(fresh) {
+		t.Fatal("a fresh grant from the same key does not renew the sealed key")
+	}
 	if fresh.ResetCount != m.grant.ResetCount+2 {
 		t.Fatalf("fresh grant reset count %d, want %d", fresh.ResetCount, m.grant.ResetCount+2)
 	}
@@ -386,6 +389,9 @@ func TestUnsealRefusesForeignSigner(t *testing.T) {
 	g, err := foreign.Grant(grantRequest(m.grant))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if m.sealed.RenewedBy(g) {
+		t.Error("a grant from another key renews the sealed key")
 	}
 	_, _, err = m.unseal(t, m.sealed, g)
 	refused(t, err, ErrBadGrant, "the grant's signer is not the sealed key's")
