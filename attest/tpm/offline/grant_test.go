@@ -14,6 +14,9 @@ import (
 	"testing"
 
 	"github.com/google/go-tpm/tpm2"
+	"google.golang.org/protobuf/proto"
+
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
 func testSecret(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
@@ -230,4 +233,29 @@ func TestCheckGrantRefusesEditedEncodings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzCheckGrant: no grant a network peer or the disk can hand the agent
+// panics the checks Unseal runs before the TPM sees it, and whatever
+// passes them is within the limits.
+func FuzzCheckGrant(f *testing.F) {
+	g, err := testAuthorizer(f, testSecret(1)).Grant(testRequest())
+	if err != nil {
+		f.Fatal(err)
+	}
+	seed, _ := proto.Marshal(g)
+	f.Add(seed)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var g latchkeyv1.OfflineGrant
+		if proto.Unmarshal(b, &g) != nil {
+			return
+		}
+		req, _, _, _, err := checkGrant(&g)
+		if err != nil {
+			return
+		}
+		if req.MaxBoots > MaxBootsLimit || req.MaxHours > MaxHoursLimit || len(req.PCRs) == 0 {
+			t.Fatalf("checks passed a grant out of bounds: %+v", req)
+		}
+	})
 }
