@@ -1,10 +1,17 @@
 package main
 
 import (
+	"bufio"
+	"net/http"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 
 	"github.com/latchkey/latchkey/attest/snp/snptest"
 )
@@ -66,6 +73,45 @@ func (f *etcdFleet) processCPU(rs []*loggedReplica, etcd bool) time.Duration {
 	return d
 }
 
+// etcdRequests counts the KV requests every member has served so far, by
+// method (Range, Txn, ...), from the members' /metrics.
+func (f *etcdFleet) etcdRequests(b *testing.B) map[string]float64 {
+	b.Helper()
+	c := f.etcd
+	tc, err := transport.TLSInfo{CertFile: c.CertFile, KeyFile: c.KeyFile, TrustedCAFile: c.CAFile}.ClientConfig()
+	if err != nil {
+		b.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}
+	defer hc.CloseIdleConnections()
+	out := map[string]float64{}
+	for _, m := range c.Members {
+		resp, err := hc.Get(m.ClientURL + "/metrics")
+		if err != nil {
+			b.Fatal(err)
+		}
+		lines := bufio.NewScanner(resp.Body)
+		for lines.Scan() {
+			l := lines.Text()
+			if !strings.HasPrefix(l, "grpc_server_started_total{") || !strings.Contains(l, `grpc_service="etcdserverpb.KV"`) {
+				continue
+			}
+			_, after, _ := strings.Cut(l, `grpc_method="`)
+			method, _, _ := strings.Cut(after, `"`)
+			n, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+			if err != nil {
+				b.Fatalf("%s /metrics: %q: %v", m.Name, l, err)
+			}
+			out[method] += n
+		}
+		resp.Body.Close()
+		if err := lines.Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return out
+}
+
 // BenchmarkFirstJoinsEtcdVsDir: the same SEV-SNP test-signer agents make
 // first joins all at once through one replica on the directory store and
 // through three replicas on a three-member TLS etcd, in one run
@@ -73,7 +119,9 @@ func (f *etcdFleet) processCPU(rs []*loggedReplica, etcd bool) time.Duration {
 // etcd. Reported: first joins per second and p99 latency of each, their
 // ratio, etcd writes (revisions) per first join and per rejoin, and CPU
 // per first join (the verifier processes; etcd's members separately).
-// LATCHKEY_ETCD_BENCH_AGENTS sets the agent count (default 100).
+// LATCHKEY_ETCD_BENCH_AGENTS sets the agent count (default 100);
+// LATCHKEY_ETCD_BENCH_PROFILE=DIR writes each replica's CPU profile to
+// DIR (r0-0.pprof is the directory store's replica, r1-* etcd's).
 func BenchmarkFirstJoinsEtcdVsDir(b *testing.B) {
 	n := envInt("LATCHKEY_ETCD_BENCH_AGENTS", 100)
 	agents := snpAgents(b, n, 0)
@@ -84,6 +132,7 @@ func BenchmarkFirstJoinsEtcdVsDir(b *testing.B) {
 	var dir, etcd []stormRound
 	var dirCPU, etcdCPU, etcdServerCPU time.Duration
 	var writes int64
+	var ranges, txns float64
 	for range b.N {
 		for range 2 {
 			base := (len(dir) + len(etcd)) * n
@@ -91,10 +140,14 @@ func BenchmarkFirstJoinsEtcdVsDir(b *testing.B) {
 			dir = append(dir, f.round(b, agents, f.endpoints(dirRep), base, false))
 			dirCPU += f.processCPU(dirRep, false) - c0
 			_, rev0 := etcdBindings(b, cli)
+			q0 := f.etcdRequests(b)
 			v0, s0 := f.processCPU(etcdReps, false), f.processCPU(nil, true)
 			etcd = append(etcd, f.round(b, agents, f.endpoints(etcdReps), base+n, false))
 			etcdCPU += f.processCPU(etcdReps, false) - v0
 			etcdServerCPU += f.processCPU(nil, true) - s0
+			q1 := f.etcdRequests(b)
+			ranges += q1["Range"] - q0["Range"]
+			txns += q1["Txn"] - q0["Txn"]
 			_, rev1 := etcdBindings(b, cli)
 			writes += rev1 - rev0
 		}
@@ -103,6 +156,11 @@ func BenchmarkFirstJoinsEtcdVsDir(b *testing.B) {
 	_, rev0 := etcdBindings(b, cli)
 	f.round(b, agents, f.endpoints(etcdReps), (len(dir)+len(etcd)-1)*n, true)
 	_, rev1 := etcdBindings(b, cli)
+	if os.Getenv("LATCHKEY_ETCD_BENCH_PROFILE") != "" {
+		for _, r := range append(dirRep, etcdReps...) {
+			r.saveProfile(b, r.profile)
+		}
+	}
 
 	rate := func(rs []stormRound) float64 {
 		var wall time.Duration
@@ -119,6 +177,8 @@ func BenchmarkFirstJoinsEtcdVsDir(b *testing.B) {
 	b.ReportMetric(float64(p99(etcd...).Milliseconds()), "etcd_p99_ms")
 	b.ReportMetric(float64(writes)/joins, "etcd_writes/first_join")
 	b.ReportMetric(float64(rev1-rev0)/float64(n), "etcd_writes/rejoin")
+	b.ReportMetric(ranges/joins, "etcd_ranges/first_join")
+	b.ReportMetric(txns/joins, "etcd_txns/first_join")
 	b.ReportMetric(float64(dirCPU.Milliseconds())/joins, "dir_verifier_cpu_ms/join")
 	b.ReportMetric(float64(etcdCPU.Milliseconds())/joins, "etcd_verifiers_cpu_ms/join")
 	b.ReportMetric(float64(etcdServerCPU.Milliseconds())/joins, "etcd_members_cpu_ms/join")
