@@ -118,13 +118,17 @@ func (f *etcdFleet) etcdRequests(b *testing.B) map[string]float64 {
 type series struct {
 	rounds                     []stormRound
 	verifiers, members, agents time.Duration
+	// retries counts the attempts that failed and were retried (mostly
+	// admission control's RESOURCE_EXHAUSTED).
+	retries int64
 }
 
 // measure runs one round of first joins through reps, on disks from
 // base, and adds it and its CPU to s.
 func (f *etcdFleet) measure(b *testing.B, s *series, agents []*stormAgent, reps []*loggedReplica, onEtcd bool, base int) {
-	v0, m0, a0 := f.processCPU(reps, false), f.processCPU(nil, onEtcd), cpuOf(os.Getpid())
+	v0, m0, a0, r0 := f.processCPU(reps, false), f.processCPU(nil, onEtcd), cpuOf(os.Getpid()), f.failed.Load()
 	s.rounds = append(s.rounds, f.round(b, agents, f.endpoints(reps), base, false))
+	s.retries += f.failed.Load() - r0
 	s.verifiers += f.processCPU(reps, false) - v0
 	s.members += f.processCPU(nil, onEtcd) - m0
 	s.agents += cpuOf(os.Getpid()) - a0
@@ -174,7 +178,9 @@ func freshAgents(b *testing.B, chip *int, n int) []*stormAgent {
 //     all);
 //   - warm: one set of machines every replica has verified first (an
 //     unmeasured round through each), so the rounds differ in the store
-//     alone.
+//     and the replica count alone; a third store in this series is one
+//     replica on etcd, the same process count and admission limit as the
+//     directory store's.
 //
 // Reported per series: first joins per second and p99 latency of each
 // store and their ratio, and CPU per first join of the verifier
@@ -182,25 +188,27 @@ func freshAgents(b *testing.B, chip *int, n int) []*stormAgent {
 // writes (revisions) and requests per first join and writes per rejoin.
 // LATCHKEY_ETCD_BENCH_AGENTS sets the agent count (default 100);
 // LATCHKEY_ETCD_BENCH_PROFILE=DIR writes each replica's CPU profile to
-// DIR (r0-0.pprof is the directory store's replica, r1-* etcd's).
+// DIR (r0-0.pprof is the directory store's replica, r1-* the three on
+// etcd, r4-0 the one on etcd).
 func BenchmarkFirstJoinsEtcdVsDir(b *testing.B) {
 	n := envInt("LATCHKEY_ETCD_BENCH_AGENTS", 100)
 	f := newEtcdFleet(b, 3, map[string]any{"snp": snptest.New(b).Policy()})
 	dirRep := f.startReplicas(b, 1, false)
 	etcdReps := f.startReplicas(b, 3, true)
+	etcdOne := f.startReplicas(b, 1, true)
 	cli := f.etcd.Client(b)
 	chip, disk := 0, 0
 	nextDisks := func() int { disk += n; return disk - n }
-	var cold, warm [2]series // [0] dir, [1] etcd
+	var cold, warm [3]series // dir, etcd (3 replicas), etcd (1 replica, warm only)
 	var writes int64
 	var ranges, txns float64
 	var warmAgents []*stormAgent
 	lastEtcd := 0
-	etcdRound := func(s *series, agents []*stormAgent) {
+	etcdRound := func(s *series, agents []*stormAgent, reps []*loggedReplica) {
 		_, rev0 := etcdBindings(b, cli)
 		q0 := f.etcdRequests(b)
 		lastEtcd = nextDisks()
-		f.measure(b, s, agents, etcdReps, true, lastEtcd)
+		f.measure(b, s, agents, reps, true, lastEtcd)
 		q1 := f.etcdRequests(b)
 		_, rev1 := etcdBindings(b, cli)
 		writes += rev1 - rev0
@@ -210,16 +218,16 @@ func BenchmarkFirstJoinsEtcdVsDir(b *testing.B) {
 	for range b.N {
 		for range 2 {
 			f.measure(b, &cold[0], freshAgents(b, &chip, n), dirRep, false, nextDisks())
-			etcdRound(&cold[1], freshAgents(b, &chip, n))
+			etcdRound(&cold[1], freshAgents(b, &chip, n), etcdReps)
 		}
 		warmAgents = freshAgents(b, &chip, n)
-		f.round(b, warmAgents, f.endpoints(dirRep), nextDisks(), false)
-		for _, r := range etcdReps {
+		for _, r := range append(append(append([]*loggedReplica{}, dirRep...), etcdOne...), etcdReps...) {
 			f.round(b, warmAgents, f.endpoints([]*loggedReplica{r}), nextDisks(), false)
 		}
 		for range 2 {
 			f.measure(b, &warm[0], warmAgents, dirRep, false, nextDisks())
-			etcdRound(&warm[1], warmAgents)
+			etcdRound(&warm[2], warmAgents, etcdOne)
+			etcdRound(&warm[1], warmAgents, etcdReps)
 		}
 	}
 	// Rejoins of the last etcd round's disks.
@@ -227,19 +235,19 @@ func BenchmarkFirstJoinsEtcdVsDir(b *testing.B) {
 	f.round(b, warmAgents, f.endpoints(etcdReps), lastEtcd, true)
 	_, rev1 := etcdBindings(b, cli)
 	if os.Getenv("LATCHKEY_ETCD_BENCH_PROFILE") != "" {
-		for _, r := range append(dirRep, etcdReps...) {
+		for _, r := range append(append(dirRep, etcdReps...), etcdOne...) {
 			r.saveProfile(b, r.profile)
 		}
 	}
 
-	etcdJoins := cold[1].joins() + warm[1].joins()
+	etcdJoins := cold[1].joins() + warm[1].joins() + warm[2].joins()
 	b.ReportMetric(float64(writes)/etcdJoins, "etcd_writes/first_join")
 	b.ReportMetric(ranges/etcdJoins, "etcd_ranges/first_join")
 	b.ReportMetric(txns/etcdJoins, "etcd_txns/first_join")
 	b.ReportMetric(float64(rev1-rev0)/float64(n), "etcd_writes/rejoin")
 	for _, x := range []struct {
 		name string
-		s    *[2]series
+		s    *[3]series
 	}{{"cold", &cold}, {"warm", &warm}} {
 		d, e := &x.s[0], &x.s[1]
 		b.ReportMetric(d.rate(), x.name+"_dir_joins/s")
@@ -252,5 +260,17 @@ func BenchmarkFirstJoinsEtcdVsDir(b *testing.B) {
 		b.ReportMetric(e.perJoin(e.members), x.name+"_etcd_members_cpu_ms/join")
 		b.ReportMetric(d.perJoin(d.agents), x.name+"_dir_agents_cpu_ms/join")
 		b.ReportMetric(e.perJoin(e.agents), x.name+"_etcd_agents_cpu_ms/join")
+		b.ReportMetric(float64(d.retries)/d.joins(), x.name+"_dir_retries/join")
+		b.ReportMetric(float64(e.retries)/e.joins(), x.name+"_etcd_retries/join")
 	}
+	// One replica on etcd against one on the directory store: the same
+	// process count, admission limit and warm caches; the store alone
+	// differs.
+	d, one := &warm[0], &warm[2]
+	b.ReportMetric(one.rate(), "warm_etcd1_joins/s")
+	b.ReportMetric(one.rate()/d.rate(), "warm_etcd1/dir")
+	b.ReportMetric(float64(p99(one.rounds...).Milliseconds()), "warm_etcd1_p99_ms")
+	b.ReportMetric(one.perJoin(one.verifiers), "warm_etcd1_verifier_cpu_ms/join")
+	b.ReportMetric(one.perJoin(one.members), "warm_etcd1_members_cpu_ms/join")
+	b.ReportMetric(float64(one.retries)/one.joins(), "warm_etcd1_retries/join")
 }

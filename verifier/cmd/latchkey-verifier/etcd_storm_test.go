@@ -127,6 +127,9 @@ type etcdFleet struct {
 	ca       *replicaCA
 	pin      atls.Pin
 	replicas []*loggedReplica
+	// failed counts the join attempts that failed or were turned away
+	// (a refusal, admission control's retry-after hint, a dead replica).
+	failed atomic.Int64
 }
 
 // newEtcdFleet starts the etcd cluster (members) and writes the shared
@@ -220,7 +223,9 @@ func (f *etcdFleet) join(a *stormAgent, endpoints []string, rejoin bool, timeout
 	var final error
 	c, err := ticket.New(ticket.Config{Endpoints: endpoints, Pins: []atls.Pin{f.pin}, Issuer: a.iss, Timeout: timeout,
 		AttemptTimeout: 20 * time.Second, InitialBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: quiet(),
+		OnBusy: func(time.Duration) { f.failed.Add(1) },
 		OnAttemptFailed: func(err error) {
+			f.failed.Add(1)
 			var re *ticket.RefusedError
 			if errors.As(err, &re) && !re.Transient() {
 				final = err
