@@ -26,9 +26,13 @@ import (
 //     upgrade procedure), and refused otherwise (IDENTITY_MISMATCH).
 //   - A record that cannot be read or written is UNAVAILABLE (transient).
 //
-// A first join looks at every name before it claims any, so a join
-// refused for its node name leaves its disk unclaimed; a race between the
-// look and the claim is settled by the claim, which is atomic.
+// A first join with two names (disk and node) looks at both before it
+// claims either, so a join refused for its node name leaves its disk
+// unclaimed; a race between the look and the claim is settled by the
+// claim, which is atomic. A first join with one name (disk-only mode)
+// claims at once: the claim itself refuses a name bound to another
+// identity and returns one bound to this machine, so a look first would
+// only cost a store round trip (with etcd, a quorum read).
 func (s *Service) bind(ctx context.Context, hello *latchkeyv1.Hello, v *attest.Verified, out *outcome) error {
 	id := v.MachineID
 	if id == "" {
@@ -48,14 +52,15 @@ func (s *Service) bind(ctx context.Context, hello *latchkeyv1.Hello, v *attest.V
 		}
 		return nil
 	}
-	// A first join looks before it claims, so a join refused for one name
-	// leaves the other unclaimed, and a name already bound to this
-	// machine (a retried first join) costs one read.
+	// With two names a first join looks before it claims, so a join
+	// refused for one name leaves the other unclaimed, and a name already
+	// bound to this machine (a retried first join) costs one read. With
+	// one name the claim answers alone.
 	mine := make([]bool, len(kinds))
-	for i, k := range kinds {
+	for i := 0; len(kinds) > 1 && i < len(kinds); i++ {
 		var err error
-		mine[i], err = s.precheck(ctx, k, names[i], id)
-		if err := s.refusal(k, names[i], err, out); err != nil {
+		mine[i], err = s.precheck(ctx, kinds[i], names[i], id)
+		if err := s.refusal(kinds[i], names[i], err, out); err != nil {
 			return err
 		}
 	}

@@ -15,6 +15,7 @@ import (
 // log lines on stderr are the binary's.
 func TestMain(m *testing.M) {
 	if os.Getenv("LATCHKEY_VERIFIER_TEST_MAIN") == "1" {
+		startTestProfile() // profile_test.go
 		main()
 	}
 	os.Exit(m.Run())

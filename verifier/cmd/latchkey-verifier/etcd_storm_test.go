@@ -42,6 +42,9 @@ type loggedReplica struct {
 	addr string
 	log  string
 	done chan struct{}
+	// profile is where the process writes its CPU profile on SIGUSR1
+	// (profile_test.go), or "".
+	profile string
 }
 
 // startLoggedReplica runs `latchkey-verifier serve --config cfg` and
@@ -50,6 +53,11 @@ func startLoggedReplica(t testing.TB, cfg, logPath string) *loggedReplica {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "serve", "--config", cfg)
 	cmd.Env = append(os.Environ(), "LATCHKEY_VERIFIER_TEST_MAIN=1")
+	r := &loggedReplica{cmd: cmd, log: logPath, done: make(chan struct{})}
+	if dir := os.Getenv("LATCHKEY_ETCD_BENCH_PROFILE"); dir != "" {
+		r.profile = filepath.Join(dir, filepath.Base(filepath.Dir(logPath))+".pprof")
+		cmd.Env = append(cmd.Env, profileEnv+"="+r.profile)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +69,6 @@ func startLoggedReplica(t testing.TB, cfg, logPath string) *loggedReplica {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := &loggedReplica{cmd: cmd, log: logPath, done: make(chan struct{})}
 	serving := make(chan string, 1)
 	go func() {
 		defer close(r.done)
@@ -120,6 +127,9 @@ type etcdFleet struct {
 	ca       *replicaCA
 	pin      atls.Pin
 	replicas []*loggedReplica
+	// failed counts the join attempts that failed or were turned away
+	// (a refusal, admission control's retry-after hint, a dead replica).
+	failed atomic.Int64
 }
 
 // newEtcdFleet starts the etcd cluster (members) and writes the shared
@@ -213,7 +223,9 @@ func (f *etcdFleet) join(a *stormAgent, endpoints []string, rejoin bool, timeout
 	var final error
 	c, err := ticket.New(ticket.Config{Endpoints: endpoints, Pins: []atls.Pin{f.pin}, Issuer: a.iss, Timeout: timeout,
 		AttemptTimeout: 20 * time.Second, InitialBackoff: 50 * time.Millisecond, MaxBackoff: time.Second, Logger: quiet(),
+		OnBusy: func(time.Duration) { f.failed.Add(1) },
 		OnAttemptFailed: func(err error) {
+			f.failed.Add(1)
 			var re *ticket.RefusedError
 			if errors.As(err, &re) && !re.Transient() {
 				final = err
