@@ -40,7 +40,7 @@
 // is area A or B and the subsystem field names the master-secret
 // generation (none, or latchkey-g<n>). The copies must be identical,
 // except in the one transitional state a rewrap cut short between its
-// two header writes leaves (generation.go). The JSON is
+// two header writes leaves (luks2/generation.go). The JSON is
 // compared as a tree parsed token by token, so duplicate keys, case
 // variants and trailing documents, which encoding/json (and so luks.go)
 // would silently accept, are refused. A cipher_null segment, another

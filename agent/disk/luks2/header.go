@@ -1,170 +1,177 @@
-package disk
+package luks2
 
 import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/latchkey/latchkey/protocol"
 )
 
-var (
-	primaryMagic   = []byte("LUKS\xba\xbe")
-	secondaryMagic = []byte("SKUL\xba\xbe")
+// The magic bytes of the primary and the secondary header copy.
+const (
+	PrimaryMagic   = "LUKS\xba\xbe"
+	SecondaryMagic = "SKUL\xba\xbe"
 )
+
+// ErrRejected: a LUKS2 header is present but not exactly the shape
+// latchkey creates (altered or hostile); it is never unlocked.
+var ErrRejected = errors.New("LUKS2 header rejected")
 
 // Field offsets inside a LUKS2 binary header.
 const (
-	offVersion   = 6
-	offHdrSize   = 8
-	offSeqID     = 16
-	offLabel     = 24
-	offCsumAlg   = 72
-	offSalt      = 104
-	offUUID      = 168
-	offSubsystem = 208
-	offHdrOffset = 256
-	offPadding   = 264
-	offCsum      = 448
-	offPadding2  = 512
+	OffVersion   = 6
+	OffHdrSize   = 8
+	OffSeqID     = 16
+	OffLabel     = 24
+	OffCsumAlg   = 72
+	OffSalt      = 104
+	OffUUID      = 168
+	OffSubsystem = 208
+	OffHdrOffset = 256
+	OffPadding   = 264
+	OffCsum      = 448
+	OffPadding2  = 512
 )
 
-// binHeader is one parsed LUKS2 binary header.
-type binHeader struct {
-	version   uint16
-	hdrSize   uint64
-	seqID     uint64
-	label     string
-	uuid      string
-	hdrOffset uint64
-	// generation is the master-secret generation the subsystem field
+// BinHeader is one parsed LUKS2 binary header.
+type BinHeader struct {
+	Version   uint16
+	HdrSize   uint64
+	SeqID     uint64
+	Label     string
+	UUID      string
+	HdrOffset uint64
+	// Generation is the master-secret generation the subsystem field
 	// names (generation.go); set by checkBinFields.
-	generation uint32
+	Generation uint32
 }
 
-// header is a validated pair of LUKS2 headers, as read from the device.
-// Its fields describe the primary copy; prior is set only in the one
+// Header is a validated pair of LUKS2 headers, as read from the device.
+// Its fields describe the primary copy; Prior is set only in the one
 // transitional state of a rewrap cut short between its two header writes
-// (rewrap.go), and describes the secondary copy, still the old one.
-type header struct {
-	uuid       string
-	seqID      uint64
-	json       []byte
-	generation uint32
-	area       int64 // keyslot 0's area offset: areaA or areaB
-	prior      *headerCopy
+// (agent/disk's rewrap), and describes the secondary copy, still the old
+// one.
+type Header struct {
+	UUID       string
+	SeqID      uint64
+	JSON       []byte
+	Generation uint32
+	Area       int64 // keyslot 0's area offset: AreaA or AreaB
+	Prior      *Copy
 }
 
-// headerCopy is one copy of a transitional header.
-type headerCopy struct {
-	seqID      uint64
-	json       []byte
-	generation uint32
-	area       int64
+// Copy is one copy of a transitional header.
+type Copy struct {
+	SeqID      uint64
+	JSON       []byte
+	Generation uint32
+	Area       int64
 }
 
-// parseBinHeader reads the fixed fields of the binary header at b[0:4096]
+// ParseBinary reads the fixed fields of the binary header at b[0:4096]
 // without judging them.
-func parseBinHeader(b []byte) binHeader {
-	return binHeader{
-		version:   binary.BigEndian.Uint16(b[offVersion:]),
-		hdrSize:   binary.BigEndian.Uint64(b[offHdrSize:]),
-		seqID:     binary.BigEndian.Uint64(b[offSeqID:]),
-		label:     cString(b[offLabel : offLabel+48]),
-		uuid:      cString(b[offUUID : offUUID+40]),
-		hdrOffset: binary.BigEndian.Uint64(b[offHdrOffset:]),
+func ParseBinary(b []byte) BinHeader {
+	return BinHeader{
+		Version:   binary.BigEndian.Uint16(b[OffVersion:]),
+		HdrSize:   binary.BigEndian.Uint64(b[OffHdrSize:]),
+		SeqID:     binary.BigEndian.Uint64(b[OffSeqID:]),
+		Label:     cString(b[OffLabel : OffLabel+48]),
+		UUID:      cString(b[OffUUID : OffUUID+40]),
+		HdrOffset: binary.BigEndian.Uint64(b[OffHdrOffset:]),
 	}
 }
 
-// validateHeader checks both LUKS2 headers at the start of head (at
-// least 32 KiB; the transitional state needs headAndKeyslot bytes) are
+// Validate checks both LUKS2 headers at the start of head (at
+// least 32 KiB; the transitional state needs HeadAndKeyslot bytes) are
 // exactly what latchkey writes. Each copy: its magic, version 2, the fixed
 // header size and its own offset, latchkey's label, sha256 as checksum
 // algorithm, a subsystem that is empty (generation 0) or latchkey-g<n>
 // (n a canonical decimal from 1 to MaxKeyGeneration), a canonical UUID,
 // clean padding, a valid checksum, a JSON area holding one document
 // followed only by NULs, and JSON of exactly the expected shape (shape.go;
-// keyslot 0's area at areaA or areaB). The two copies: the same UUID
+// keyslot 0's area at AreaA or AreaB). The two copies: the same UUID
 // (and wantUUID, when non-empty), and either identical (seqid, JSON and
 // subsystem), or in the one transitional state a rewrap leaves when cut
 // short between its primary and secondary writes (checkTransition):
 // anything else is refused.
-func validateHeader(head []byte, wantUUID string) (*header, error) {
-	if len(head) < keyslotsOffset {
-		return nil, fmt.Errorf("%w: header area is %d bytes", ErrHeaderRejected, len(head))
+func Validate(head []byte, wantUUID string) (*Header, error) {
+	if len(head) < KeyslotsOffset {
+		return nil, fmt.Errorf("%w: header area is %d bytes", ErrRejected, len(head))
 	}
-	p, pj, err := checkOneHeader(head[:hdrSize], primaryMagic, 0)
+	p, pj, err := checkOneHeader(head[:HeaderSize], PrimaryMagic, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%w: primary header: %v", ErrHeaderRejected, err)
+		return nil, fmt.Errorf("%w: primary header: %v", ErrRejected, err)
 	}
-	s, sj, err := checkOneHeader(head[secondaryOffset:secondaryOffset+hdrSize], secondaryMagic, secondaryOffset)
+	s, sj, err := checkOneHeader(head[SecondaryOffset:SecondaryOffset+HeaderSize], SecondaryMagic, SecondaryOffset)
 	if err != nil {
-		return nil, fmt.Errorf("%w: secondary header: %v", ErrHeaderRejected, err)
+		return nil, fmt.Errorf("%w: secondary header: %v", ErrRejected, err)
 	}
-	if p.uuid != s.uuid {
-		return nil, fmt.Errorf("%w: primary and secondary headers differ", ErrHeaderRejected)
+	if p.UUID != s.UUID {
+		return nil, fmt.Errorf("%w: primary and secondary headers differ", ErrRejected)
 	}
-	if wantUUID != "" && p.uuid != wantUUID {
-		return nil, fmt.Errorf("%w: header UUID is %s, want %s", ErrHeaderRejected, p.uuid, wantUUID)
+	if wantUUID != "" && p.UUID != wantUUID {
+		return nil, fmt.Errorf("%w: header UUID is %s, want %s", ErrRejected, p.UUID, wantUUID)
 	}
 	if err := checkShape(pj); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrHeaderRejected, err)
+		return nil, fmt.Errorf("%w: %v", ErrRejected, err)
 	}
-	pp, err := slotParamsOf(pj)
+	pp, err := SlotParamsOf(pj)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrHeaderRejected, err)
+		return nil, fmt.Errorf("%w: %v", ErrRejected, err)
 	}
-	h := &header{uuid: p.uuid, seqID: p.seqID, json: pj, generation: p.generation, area: pp.areaOffset}
-	if p.seqID == s.seqID && p.generation == s.generation && bytes.Equal(pj, sj) {
+	h := &Header{UUID: p.UUID, SeqID: p.SeqID, JSON: pj, Generation: p.Generation, Area: pp.AreaOffset}
+	if p.SeqID == s.SeqID && p.Generation == s.Generation && bytes.Equal(pj, sj) {
 		return h, nil
 	}
 	prior, err := checkTransition(head, p, pj, pp, s, sj)
 	if err != nil {
-		return nil, fmt.Errorf("%w: primary and secondary headers differ (%v)", ErrHeaderRejected, err)
+		return nil, fmt.Errorf("%w: primary and secondary headers differ (%v)", ErrRejected, err)
 	}
-	h.prior = prior
+	h.Prior = prior
 	return h, nil
 }
 
 // checkOneHeader validates one 16 KiB header copy and returns its JSON.
-func checkOneHeader(area []byte, magic []byte, offset uint64) (binHeader, []byte, error) {
-	if !bytes.Equal(area[:6], magic) {
-		return binHeader{}, nil, fmt.Errorf("no %q magic", magic[:4])
+func checkOneHeader(area []byte, magic string, offset uint64) (BinHeader, []byte, error) {
+	if string(area[:6]) != magic {
+		return BinHeader{}, nil, fmt.Errorf("no %q magic", magic[:4])
 	}
-	h := parseBinHeader(area)
+	h := ParseBinary(area)
 	if err := checkBinFields(area, &h, offset); err != nil {
 		return h, nil, err
 	}
 	if err := checkChecksum(area); err != nil {
 		return h, nil, err
 	}
-	js, err := jsonArea(area[binHeaderSize:])
+	js, err := JSONArea(area[BinHeaderSize:])
 	return h, js, err
 }
 
-func checkBinFields(area []byte, h *binHeader, offset uint64) error {
-	gen, err := parseSubsystem(area[offSubsystem : offSubsystem+48])
+func checkBinFields(area []byte, h *BinHeader, offset uint64) error {
+	gen, err := ParseSubsystem(area[OffSubsystem : OffSubsystem+48])
 	if err != nil {
 		return err
 	}
-	h.generation = gen
+	h.Generation = gen
 	switch {
-	case h.version != 2:
-		return fmt.Errorf("version %d, want 2", h.version)
-	case h.hdrSize != hdrSize:
-		return fmt.Errorf("header size %d, want %d", h.hdrSize, hdrSize)
-	case h.hdrOffset != offset:
-		return fmt.Errorf("header offset %d, want %d", h.hdrOffset, offset)
-	case !fixedField(area[offLabel:offLabel+48], HeaderLabel):
-		return fmt.Errorf("label %q, want %q", h.label, HeaderLabel)
-	case !fixedField(area[offCsumAlg:offCsumAlg+32], luksHash):
-		return fmt.Errorf("checksum algorithm %q, want %q", cString(area[offCsumAlg:offCsumAlg+32]), luksHash)
-	case !protocol.ValidDiskUUID(h.uuid) || !fixedField(area[offUUID:offUUID+40], h.uuid):
-		return fmt.Errorf("malformed UUID %q", h.uuid)
-	case !allZero(area[offPadding:offCsum]) || !allZero(area[offPadding2:binHeaderSize]):
+	case h.Version != 2:
+		return fmt.Errorf("version %d, want 2", h.Version)
+	case h.HdrSize != HeaderSize:
+		return fmt.Errorf("header size %d, want %d", h.HdrSize, HeaderSize)
+	case h.HdrOffset != offset:
+		return fmt.Errorf("header offset %d, want %d", h.HdrOffset, offset)
+	case !fixedField(area[OffLabel:OffLabel+48], HeaderLabel):
+		return fmt.Errorf("label %q, want %q", h.Label, HeaderLabel)
+	case !fixedField(area[OffCsumAlg:OffCsumAlg+32], Hash):
+		return fmt.Errorf("checksum algorithm %q, want %q", cString(area[OffCsumAlg:OffCsumAlg+32]), Hash)
+	case !protocol.ValidDiskUUID(h.UUID) || !fixedField(area[OffUUID:OffUUID+40], h.UUID):
+		return fmt.Errorf("malformed UUID %q", h.UUID)
+	case !allZero(area[OffPadding:OffCsum]) || !allZero(area[OffPadding2:BinHeaderSize]):
 		return fmt.Errorf("non-zero padding in the binary header")
-	case !allZero(area[offCsum+sha256.Size : offPadding2]):
+	case !allZero(area[OffCsum+sha256.Size : OffPadding2]):
 		return fmt.Errorf("checksum field longer than sha256")
 	}
 	return nil
@@ -174,19 +181,19 @@ func checkBinFields(area []byte, h *binHeader, offset uint64) error {
 // checksum field zeroed.
 func checkChecksum(area []byte) error {
 	h := sha256.New()
-	h.Write(area[:offCsum])
+	h.Write(area[:OffCsum])
 	h.Write(make([]byte, 64))
-	h.Write(area[offPadding2:hdrSize])
-	if !bytes.Equal(h.Sum(nil), area[offCsum:offCsum+sha256.Size]) {
+	h.Write(area[OffPadding2:HeaderSize])
+	if !bytes.Equal(h.Sum(nil), area[OffCsum:OffCsum+sha256.Size]) {
 		return fmt.Errorf("checksum mismatch")
 	}
 	return nil
 }
 
-// jsonArea returns the JSON text of a 12 KiB JSON area: everything up to
+// JSONArea returns the JSON text of a 12 KiB JSON area: everything up to
 // the first NUL (as both luks.go and cryptsetup read it), which must be
 // followed by NULs only, so no second document hides behind it.
-func jsonArea(area []byte) ([]byte, error) {
+func JSONArea(area []byte) ([]byte, error) {
 	end := bytes.IndexByte(area, 0)
 	if end <= 0 {
 		return nil, fmt.Errorf("JSON area is empty or unterminated")
@@ -216,14 +223,4 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// firstNonZero returns the offset of the first non-zero byte, or -1.
-func firstNonZero(b []byte) int {
-	for i, c := range b {
-		if c != 0 {
-			return i
-		}
-	}
-	return -1
 }

@@ -1,4 +1,4 @@
-package disk
+package luks2
 
 // The on-disk layout latchkey creates, fixed so the header validator can
 // demand exactly this shape and nothing else. Offsets are bytes from the
@@ -13,61 +13,43 @@ package disk
 const (
 	// HeaderLabel is the LUKS2 label of every state disk latchkey formats.
 	HeaderLabel = "latchkey-state"
-	// FSLabel is the label of the file system inside (xfs allows 12 bytes).
-	FSLabel = "latchkey"
 	// DataOffset is where the encrypted data segment starts.
 	DataOffset = 16 << 20
 
-	mib             = 1 << 20
-	binHeaderSize   = 4096
-	hdrSize         = 16384 // one binary header plus its JSON area
-	secondaryOffset = hdrSize
-	jsonAreaSize    = hdrSize - binHeaderSize
-	keyslotsOffset  = 2 * hdrSize
-	keyslotAreaSize = 258048   // 64-byte key × 4000 AF stripes, 4 KiB aligned
-	keyslotsSize    = 15695872 // keyslots area: up to the gap at 15 MiB
-	recordOffset    = keyslotsOffset + keyslotsSize
-	recordSlotSize  = 4096
-	sectorSize      = 4096
-	volumeKeyBytes  = 64 // aes-xts-plain64 with two 256-bit AES keys
-	kdfIterations   = 1000
-	afStripes       = 4000
-	saltBytes       = 32
-	luksCipher      = "aes-xts-plain64"
-	luksHash        = "sha256"
-	minDeviceSize   = DataOffset + 16*mib
-	imageSize       = DataOffset + mib // the in-memory format target
-	// headAndKeyslot: both header copies and both keyslot areas a
-	// rewrap alternates between (generation.go).
-	headAndKeyslot   = keyslotsOffset + 2*keyslotAreaSize
-	blankCheckLength = mib
-)
-
-// Step names a point of Open where a crash leaves a distinct on-disk
-// state. LUKSConfig.FaultHook is called at each (tests use it to "kill"
-// the agent there and check the next run finishes the job).
-type Step string
-
-// The steps, in the order a first boot passes them.
-const (
-	// StepFormatted: header and keyslot built in memory and checked; the
-	// device is untouched.
-	StepFormatted Step = "formatted"
-	// StepHeaderPartial: secondary header, primary JSON and keyslots are
-	// on the device, the primary binary header (the commit point) is not.
-	StepHeaderPartial Step = "header-partial"
-	// StepHeaderWritten: the complete header is on the device.
-	StepHeaderWritten Step = "header-written"
-	// StepMapped: the dm-crypt mapping exists.
-	StepMapped Step = "mapped"
-	// StepMkfsStarted: the state record says "mkfs"; no file system yet.
-	StepMkfsStarted Step = "mkfs-started"
-	// StepFileSystemMade: mkfs finished; the record still says "mkfs".
-	StepFileSystemMade Step = "filesystem-made"
-	// StepFileSystemReady: the record says "ready".
-	StepFileSystemReady Step = "filesystem-ready"
-	// StepMounted: the state file system is mounted.
-	StepMounted Step = "mounted"
-	// StepBound: the bind mounts are in place.
-	StepBound Step = "bound"
+	// BinHeaderSize is one binary header; HeaderSize one binary header
+	// plus its JSON area (one header copy).
+	BinHeaderSize = 4096
+	HeaderSize    = 16384
+	// SecondaryOffset is where the secondary header copy starts.
+	SecondaryOffset = HeaderSize
+	// JSONAreaSize is the JSON area of one copy.
+	JSONAreaSize = HeaderSize - BinHeaderSize
+	// KeyslotsOffset is the start of the keyslots area, after both copies.
+	KeyslotsOffset = 2 * HeaderSize
+	// KeyslotAreaSize is one keyslot's area: a 64-byte key times 4000 AF
+	// stripes, 4 KiB aligned.
+	KeyslotAreaSize = 258048
+	// KeyslotsSize is the keyslots area: up to the gap at 15 MiB.
+	KeyslotsSize = 15695872
+	// RecordOffset and RecordSlotSize place the state record's two
+	// slots in the gap (record.go).
+	RecordOffset   = KeyslotsOffset + KeyslotsSize
+	RecordSlotSize = 4096
+	// SectorSize is the data segment's sector size.
+	SectorSize = 4096
+	// VolumeKeyBytes: aes-xts-plain64 with two 256-bit AES keys.
+	VolumeKeyBytes = 64
+	// KDFIterations is the pbkdf2 iteration count of the keyslot and
+	// the digest.
+	KDFIterations = 1000
+	// AFStripes is the anti-forensic split's stripe count.
+	AFStripes = 4000
+	// SaltBytes is the length of the keyslot's and the digest's salts.
+	SaltBytes = 32
+	// Cipher and Hash are the only cipher and hash the header may name.
+	Cipher = "aes-xts-plain64"
+	Hash   = "sha256"
+	// HeadAndKeyslot covers both header copies and both keyslot areas
+	// a rewrap alternates between (generation.go): what Validate reads.
+	HeadAndKeyslot = KeyslotsOffset + 2*KeyslotAreaSize
 )
