@@ -108,7 +108,7 @@ func TestLockLostBetweenPrepareAndOpenReadsAgain(t *testing.T) {
 		t.Fatalf("a second shared lock: %v", err)
 	}
 	writeDev(t, r.dev, 100*mib+3, []byte("written while the lock was not held"))
-	_, err = l.Open(context.Background(), plan, testKey(41))
+	_, err = l.Open(context.Background(), plan, Keys{Current: testKey(41)})
 	if !released || !errors.Is(err, ErrForeignData) || !strings.Contains(err.Error(), "unrecognised non-zero data at byte 104857603 (100 MiB + 3 bytes)") {
 		t.Fatalf("Open after the lock was lost: %v (released %v)", err, released)
 	}
@@ -197,7 +197,7 @@ func TestInterruptedInstallProvedByItsOwnBytes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Prepare (keyslot 0's area is not compared there): %v", err)
 	}
-	_, err = l.Open(context.Background(), plan0, testKey(43))
+	_, err = l.Open(context.Background(), plan0, Keys{Current: testKey(43)})
 	if !errors.Is(err, ErrForeignData) || errors.Is(err, ErrHeaderWritten) ||
 		!strings.Contains(err.Error(), "an interrupted latchkey header install whose keyslot 0 area is not latchkey's (the ticket's keys do not open it") {
 		t.Fatalf("Open: %v", err)

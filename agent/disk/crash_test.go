@@ -205,7 +205,7 @@ func TestLostPrimaryHeaderOnUsedDiskRefused(t *testing.T) {
 // TestDiskSwappedAfterPrepare: the plan no longer fits the device.
 func TestDiskSwappedAfterPrepare(t *testing.T) {
 	r := newRig(t, testDiskSize)
-	_, err := r.stage(nil).Open(context.Background(), Plan{UUID: fixtureUUID, Rejoin: true}, testKey(25))
+	_, err := r.stage(nil).Open(context.Background(), Plan{UUID: fixtureUUID, Rejoin: true}, Keys{Current: testKey(25)})
 	if !errors.Is(err, ErrStateChanged) {
 		t.Fatalf("rejoin plan on a blank disk: %v, want ErrStateChanged", err)
 	}
@@ -214,7 +214,7 @@ func TestDiskSwappedAfterPrepare(t *testing.T) {
 	}
 	plan, _ := r.mustBoot(r.stage(nil), testKey(25))
 	r.kernel.powerOff()
-	_, err = r.stage(nil).Open(context.Background(), Plan{UUID: newUUID()}, testKey(25))
+	_, err = r.stage(nil).Open(context.Background(), Plan{UUID: newUUID()}, Keys{Current: testKey(25)})
 	if !errors.Is(err, ErrStateChanged) || !strings.Contains(err.Error(), plan.UUID) {
 		t.Fatalf("first-boot plan on a formatted disk: %v, want ErrStateChanged", err)
 	}

@@ -51,7 +51,7 @@ func TestWipeStateDiskOverridesForeignData(t *testing.T) {
 		if step == "Prepare" {
 			_, err = other.Prepare(context.Background())
 		} else {
-			_, err = other.Open(context.Background(), Plan{UUID: newUUID()}, testKey(7))
+			_, err = other.Open(context.Background(), Plan{UUID: newUUID()}, Keys{Current: testKey(7)})
 		}
 		if !errors.Is(err, ErrWipeMismatch) || !errors.Is(err, ErrForeignData) ||
 			!strings.Contains(err.Error(), `wipeStateDisk is "some-other-disk", which does not name this disk`) ||

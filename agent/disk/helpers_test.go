@@ -295,7 +295,7 @@ func (r *testRig) boot(l *LUKS, key []byte) (Plan, Result, error) {
 	if err != nil {
 		return plan, Result{}, err
 	}
-	res, err := l.Open(ctx, plan, key)
+	res, err := l.Open(ctx, plan, Keys{Current: key})
 	return plan, res, err
 }
 

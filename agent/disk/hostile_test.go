@@ -140,7 +140,7 @@ func TestHostileHeadersRefusedBeforeUnlock(t *testing.T) {
 			// An agent holding the rejoin plan from before the swap
 			// refuses in Open, before unsealing.
 			before := checksum(t, r.dev)
-			_, err = r.stage(nil).Open(context.Background(), plan, key)
+			_, err = r.stage(nil).Open(context.Background(), plan, Keys{Current: key})
 			if !errors.Is(err, ErrHeaderRejected) || !strings.Contains(err.Error(), c.reason) {
 				t.Fatalf("Open: %v\nwant ErrHeaderRejected naming %q", err, c.reason)
 			}

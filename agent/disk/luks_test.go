@@ -67,7 +67,7 @@ func TestFirstBootFormatsExactly(t *testing.T) {
 		t.Fatal("Prepare wrote to the disk")
 	}
 
-	res, err := l.Open(context.Background(), plan, key)
+	res, err := l.Open(context.Background(), plan, Keys{Current: key})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -77,7 +77,7 @@ func TestRaceChildProcess(t *testing.T) {
 	}
 	fmt.Println("RACE-PREPARED")
 	io.ReadAll(os.Stdin) // the parent closes stdin when both have prepared
-	_, err = l.Open(ctx, plan, raceKey(plan.UUID))
+	_, err = l.Open(ctx, plan, Keys{Current: raceKey(plan.UUID)})
 	r := raceReport{UUID: plan.UUID, LuksFormats: rec.Ran("cryptsetup luksFormat"), StateChange: errors.Is(err, ErrStateChanged)}
 	if err != nil {
 		r.Err = err.Error()

@@ -2,7 +2,6 @@ package disk
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -43,25 +42,6 @@ import (
 // A crash after any write leaves a state from which the next boot ends on
 // the current generation with nothing lost: the volume key, and so every
 // byte of data, is untouched throughout.
-
-// Keys are a ticket's disk keys: Current, of master-secret generation
-// Generation, is what the disk ends on; Previous, of PreviousGeneration,
-// is set when the header names an older generation.
-type Keys struct {
-	Current            []byte
-	Generation         uint32
-	Previous           []byte
-	PreviousGeneration uint32
-}
-
-// KeyedStage is a Stage that takes every key of a ticket, so it can
-// rewrap a disk keyed under an older generation (LUKS does).
-type KeyedStage interface {
-	Stage
-	OpenKeys(ctx context.Context, plan Plan, keys Keys) (Result, error)
-}
-
-var _ KeyedStage = (*LUKS)(nil)
 
 // Steps of a rewrap (LUKSConfig.FaultHook), after each write and fsync.
 const (
@@ -315,16 +295,6 @@ func (l *LUKS) writeRewrap(d *device, w *rewrapWrite) error {
 		}
 	}
 	return nil
-}
-
-// OpenKeys is Open with every key of the ticket: a first boot writes
-// keys.Generation into the new header, and a header on another
-// generation is rewrapped to it before the volume is opened.
-func (l *LUKS) OpenKeys(ctx context.Context, plan Plan, keys Keys) (Result, error) {
-	if err := keys.check(); err != nil {
-		return Result{}, err
-	}
-	return l.open(ctx, plan, keys)
 }
 
 // stampGeneration is luks2.StampGeneration on a formatted memory image; it

@@ -220,10 +220,10 @@ func TestKeyOnlyStillWorks(t *testing.T) {
 	if p, err := k.Prepare(context.Background()); err != nil || p.UUID != fixtureUUID {
 		t.Fatalf("Prepare = %+v, %v", p, err)
 	}
-	if _, err := k.Open(context.Background(), Plan{}, make([]byte, 16)); err == nil {
+	if _, err := k.Open(context.Background(), Plan{}, Keys{Current: make([]byte, 16)}); err == nil {
 		t.Fatal("short key accepted")
 	}
-	if _, err := (&LUKS{}).Open(context.Background(), Plan{UUID: fixtureUUID}, make([]byte, 16)); err == nil {
+	if _, err := (&LUKS{}).Open(context.Background(), Plan{UUID: fixtureUUID}, Keys{Current: make([]byte, 16)}); err == nil {
 		t.Fatal("LUKS stage accepted a short key")
 	}
 }
