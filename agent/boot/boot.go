@@ -155,8 +155,8 @@ func (b *Boot) Run(ctx context.Context) error {
 	if err != nil {
 		return &StageError{StageDisk, err}
 	}
-	if _, ok := b.cfg.Disk.(disk.KeyedStage); ok { // the header is now on the ticket's generation
-		plan.KeyGeneration = &res.KeyGeneration
+	if res.KeyGeneration != nil { // the header is now on the ticket's generation
+		plan.KeyGeneration = res.KeyGeneration
 		if b.cfg.OnPlan != nil {
 			b.cfg.OnPlan(plan)
 		}

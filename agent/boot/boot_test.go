@@ -23,9 +23,9 @@ type fakeDisk struct {
 }
 
 func (d *fakeDisk) Prepare(context.Context) (disk.Plan, error) { return d.plan, nil }
-func (d *fakeDisk) Open(_ context.Context, _ disk.Plan, key []byte) (disk.Result, error) {
-	d.keySeen = append([]byte{}, key...)
-	d.keyPassed = key
+func (d *fakeDisk) Open(_ context.Context, _ disk.Plan, keys disk.Keys) (disk.Result, error) {
+	d.keySeen = append([]byte{}, keys.Current...)
+	d.keyPassed = keys.Current
 	return disk.Result{HasKubeletCredentials: d.creds}, d.openErr
 }
 

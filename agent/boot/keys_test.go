@@ -17,10 +17,10 @@ type keyedDisk struct {
 	prevSeen []byte
 }
 
-func (d *keyedDisk) OpenKeys(_ context.Context, _ disk.Plan, k disk.Keys) (disk.Result, error) {
+func (d *keyedDisk) Open(_ context.Context, _ disk.Plan, k disk.Keys) (disk.Result, error) {
 	d.keys = k
 	d.prevSeen = bytes.Clone(k.Previous)
-	return disk.Result{KeyGeneration: k.Generation}, nil
+	return disk.Result{KeyGeneration: &k.Generation}, nil
 }
 
 // generationTickets answers like a verifier on generation 3.
@@ -67,5 +67,28 @@ func TestRewrapKeysReachTheDiskStage(t *testing.T) {
 	}
 	if !bytes.Equal(d.keys.Previous, make([]byte, 32)) || !bytes.Equal(d.keys.Current, make([]byte, 32)) {
 		t.Fatal("the keys were not cleared after the disk stage")
+	}
+}
+
+// A stage that keys no header (KeyOnly) reports no generation: OnPlan
+// hears the plan once and the later ticket of the same boot names none,
+// as the first did.
+func TestStageWithoutGenerationKeepsThePlan(t *testing.T) {
+	d := &fakeDisk{plan: disk.Plan{UUID: "u", Rejoin: true}}
+	tk := &generationTickets{}
+	var plans []disk.Plan
+	b, err := New(Config{NodeName: "n1", Role: latchkeyv1.Role_ROLE_WORKER, Disk: d, Tickets: tk, Joiner: &fakeJoiner{},
+		OnPlan: func(p disk.Plan) { plans = append(plans, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(plans) != 1 || plans[0].KeyGeneration != nil {
+		t.Fatalf("plans %+v: want one, naming no generation", plans)
+	}
+	if len(tk.reqs) != 2 || tk.reqs[0].DiskKeyGeneration != nil || tk.reqs[1].DiskKeyGeneration != nil {
+		t.Fatalf("requests %+v: want two naming no generation", tk.reqs)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/anatol/luks.go"
 	"golang.org/x/sys/unix"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"github.com/latchkey/latchkey/internal/execx"
 )
 
@@ -46,7 +47,7 @@ func BenchmarkUnseal(b *testing.B) {
 		b.Skip("needs cryptsetup")
 	}
 	key := testKey(41)
-	pbkdf2Img := imageFile(b, formatArgs(fixtureUUID, "")[:len(formatArgs(fixtureUUID, ""))-1]...)
+	pbkdf2Img := imageFile(b, luks2.FormatArgs(fixtureUUID, "")[:len(luks2.FormatArgs(fixtureUUID, ""))-1]...)
 	argonImg := imageFile(b, "luksFormat", "--batch-mode", "--type", "luks2", "--key-file", "-")
 	for _, c := range []struct{ name, img string }{{"pbkdf2-1000", pbkdf2Img}, {"argon2id-default", argonImg}} {
 		b.Run("luks.go/"+c.name, func(b *testing.B) {

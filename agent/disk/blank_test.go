@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"golang.org/x/sys/unix"
 )
 
@@ -107,7 +108,7 @@ func TestLockLostBetweenPrepareAndOpenReadsAgain(t *testing.T) {
 		t.Fatalf("a second shared lock: %v", err)
 	}
 	writeDev(t, r.dev, 100*mib+3, []byte("written while the lock was not held"))
-	_, err = l.Open(context.Background(), plan, testKey(41))
+	_, err = l.Open(context.Background(), plan, Keys{Current: testKey(41)})
 	if !released || !errors.Is(err, ErrForeignData) || !strings.Contains(err.Error(), "unrecognised non-zero data at byte 104857603 (100 MiB + 3 bytes)") {
 		t.Fatalf("Open after the lock was lost: %v (released %v)", err, released)
 	}
@@ -130,7 +131,7 @@ func TestInterruptedInstallOverForeignHeaderArea(t *testing.T) {
 		t.Fatalf("first boot: %v, want ErrHeaderWritten", err)
 	}
 	r.kernel.failOn = ""
-	writeDev(t, r.dev, 0, make([]byte, binHeaderSize))
+	writeDev(t, r.dev, 0, make([]byte, luks2.BinHeaderSize))
 	atOffset(t, r.dev, 2*mib, 8*mib, mkext4(t, withFiles(t)))
 	before := checksum(t, r.dev)
 	for _, rule := range []string{BlankCheckFull, BlankCheckSampled} {
@@ -155,17 +156,17 @@ func TestInterruptedInstallProvedByItsOwnBytes(t *testing.T) {
 		want string
 	}{
 		{"one byte after keyslot 0's area", func(t *testing.T, dev string) {
-			writeDev(t, dev, keyslotsOffset+keyslotAreaSize+5, []byte{1})
+			writeDev(t, dev, luks2.KeyslotsOffset+luks2.KeyslotAreaSize+5, []byte{1})
 		}, "an interrupted latchkey header install, over unrecognised non-zero data at byte 290821"},
 		{"the secondary header's JSON edited", func(t *testing.T, dev string) {
-			b := readDev(t, dev, secondaryOffset+binHeaderSize, 1)
-			writeDev(t, dev, secondaryOffset+binHeaderSize, []byte{b[0] ^ 0x20})
+			b := readDev(t, dev, luks2.SecondaryOffset+luks2.BinHeaderSize, 1)
+			writeDev(t, dev, luks2.SecondaryOffset+luks2.BinHeaderSize, []byte{b[0] ^ 0x20})
 		}, "a secondary LUKS2 header with latchkey's label that latchkey did not write (secondary header: checksum mismatch)"},
 		{"a primary JSON area that is not the secondary's", func(t *testing.T, dev string) {
-			writeDev(t, dev, binHeaderSize, []byte(`{"keyslots":{}}`))
+			writeDev(t, dev, luks2.BinHeaderSize, []byte(`{"keyslots":{}}`))
 		}, "the primary JSON area is neither empty nor the secondary's"},
 		{"data in the data segment", func(t *testing.T, dev string) {
-			writeDev(t, dev, DataOffset+4096+17, []byte("x"))
+			writeDev(t, dev, luks2.DataOffset+4096+17, []byte("x"))
 		}, "an interrupted latchkey header install, over unrecognised non-zero data at byte 16781329 (16 MiB + 4113 bytes)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -189,14 +190,14 @@ func TestInterruptedInstallProvedByItsOwnBytes(t *testing.T) {
 	r0 := newRig(t, testDiskSize)
 	crashFirstBoot(t, r0, testKey(43), StepHeaderPartial)
 	r0.kernel.powerOff()
-	writeDev(t, r0.dev, keyslotsOffset+8192, randomNoMagic(4096))
+	writeDev(t, r0.dev, luks2.KeyslotsOffset+8192, randomNoMagic(4096))
 	before := checksum(t, r0.dev)
 	l := r0.stage(nil)
 	plan0, err := l.Prepare(context.Background())
 	if err != nil {
 		t.Fatalf("Prepare (keyslot 0's area is not compared there): %v", err)
 	}
-	_, err = l.Open(context.Background(), plan0, testKey(43))
+	_, err = l.Open(context.Background(), plan0, Keys{Current: testKey(43)})
 	if !errors.Is(err, ErrForeignData) || errors.Is(err, ErrHeaderWritten) ||
 		!strings.Contains(err.Error(), "an interrupted latchkey header install whose keyslot 0 area is not latchkey's (the ticket's keys do not open it") {
 		t.Fatalf("Open: %v", err)
@@ -227,7 +228,7 @@ func TestLabelOrSubsystemChangeIsStillOwnDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.kernel.powerOff()
-	subsystem := cString(readDev(t, r.dev, offSubsystem, 48))
+	subsystem := cString(readDev(t, r.dev, luks2.OffSubsystem, 48))
 	run(t, nil, "cryptsetup", "config", "--batch-mode", "--label", "scratch", "--subsystem", "backup", r.dev)
 	before := checksum(t, r.dev)
 	_, err := r.stage(nil).Prepare(context.Background())
@@ -247,7 +248,7 @@ func TestLabelOrSubsystemChangeIsStillOwnDisk(t *testing.T) {
 	if checksum(t, r.dev) != before {
 		t.Fatal("device changed")
 	}
-	run(t, nil, "cryptsetup", "config", "--batch-mode", "--label", HeaderLabel, "--subsystem", subsystem, r.dev)
+	run(t, nil, "cryptsetup", "config", "--batch-mode", "--label", luks2.HeaderLabel, "--subsystem", subsystem, r.dev)
 	plan2, res := r.mustBoot(r.stage(nil), key)
 	if !plan2.Rejoin || plan2.UUID != plan.UUID || res.Formatted || !res.HasKubeletCredentials {
 		t.Fatalf("after restoring the label: plan %+v, result %+v; want the node's own disk back, data intact", plan2, res)

@@ -272,7 +272,7 @@ func TestForeignDevicesRefusedAndUnchanged(t *testing.T) {
 				}
 				// Open with a first-boot plan (an agent that skipped Prepare,
 				// or a disk swapped after it) refuses just the same.
-				_, err = l.Open(context.Background(), Plan{UUID: newUUID()}, testKey(1))
+				_, err = l.Open(context.Background(), Plan{UUID: newUUID()}, Keys{Current: testKey(1)})
 				if !errors.Is(err, ErrForeignData) || !strings.Contains(err.Error(), found) {
 					t.Fatalf("%s: Open: %v\nwant ErrForeignData naming %q", rule, err, found)
 				}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,7 +60,7 @@ func crashAndRecover(t *testing.T, step Step, powerCycle bool) {
 		if plan2.UUID != plan1.UUID || !plan2.Rejoin || res.Formatted || r.rec.Ran("cryptsetup") != 0 {
 			t.Fatalf("plan %+v, result %+v: want a rejoin without luksFormat", plan2, res)
 		}
-		if !bytes.Equal(readDev(t, r.dev, 0, recordOffset), header) {
+		if !bytes.Equal(readDev(t, r.dev, 0, luks2.RecordOffset), header) {
 			t.Fatal("a complete header was rewritten")
 		}
 	}
@@ -96,7 +97,7 @@ func crashFirstBoot(t *testing.T, r *testRig, key []byte, step Step) (Plan, []by
 	if !errors.Is(err, errKilled) || !hit {
 		t.Fatalf("first boot: %v, want the kill at %s", err, step)
 	}
-	return plan, readDev(t, r.dev, 0, recordOffset)
+	return plan, readDev(t, r.dev, 0, luks2.RecordOffset)
 }
 
 func stepAtOrAfter(s, ref Step) bool {
@@ -144,7 +145,7 @@ func TestReadyFileSystemNeverRemade(t *testing.T) {
 	key := testKey(23)
 	plan, _ := r.mustBoot(r.stage(nil), key)
 	r.kernel.powerOff()
-	writeDev(t, r.dev, DataOffset, make([]byte, 64<<10)) // the superblock is gone
+	writeDev(t, r.dev, luks2.DataOffset, make([]byte, 64<<10)) // the superblock is gone
 
 	_, _, err := r.boot(r.stage(nil), key)
 	if !errors.Is(err, ErrVolumeContent) || r.rec.Ran("mkfs") != 0 {
@@ -178,7 +179,7 @@ func TestFailedTicketLeavesBlankDisk(t *testing.T) {
 	if err != nil || plan2.Rejoin || plan2.UUID == plan.UUID {
 		t.Fatalf("second Prepare = %+v, %v", plan2, err)
 	}
-	if !allZero(readDev(t, r.dev, 0, DataOffset)) {
+	if !allZero(readDev(t, r.dev, 0, luks2.DataOffset)) {
 		t.Fatal("Prepare wrote to the disk")
 	}
 }
@@ -190,7 +191,7 @@ func TestLostPrimaryHeaderOnUsedDiskRefused(t *testing.T) {
 	r := newRig(t, testDiskSize)
 	r.mustBoot(r.stage(nil), testKey(24))
 	r.kernel.powerOff()
-	writeDev(t, r.dev, 0, make([]byte, binHeaderSize))
+	writeDev(t, r.dev, 0, make([]byte, luks2.BinHeaderSize))
 	before := checksum(t, r.dev)
 	_, err := r.stage(nil).Prepare(context.Background())
 	if !errors.Is(err, ErrForeignData) || !strings.Contains(err.Error(), "on a disk that was in use") {
@@ -204,16 +205,16 @@ func TestLostPrimaryHeaderOnUsedDiskRefused(t *testing.T) {
 // TestDiskSwappedAfterPrepare: the plan no longer fits the device.
 func TestDiskSwappedAfterPrepare(t *testing.T) {
 	r := newRig(t, testDiskSize)
-	_, err := r.stage(nil).Open(context.Background(), Plan{UUID: fixtureUUID, Rejoin: true}, testKey(25))
+	_, err := r.stage(nil).Open(context.Background(), Plan{UUID: fixtureUUID, Rejoin: true}, Keys{Current: testKey(25)})
 	if !errors.Is(err, ErrStateChanged) {
 		t.Fatalf("rejoin plan on a blank disk: %v, want ErrStateChanged", err)
 	}
-	if !allZero(readDev(t, r.dev, 0, DataOffset)) {
+	if !allZero(readDev(t, r.dev, 0, luks2.DataOffset)) {
 		t.Fatal("formatted a disk the plan said was already ours")
 	}
 	plan, _ := r.mustBoot(r.stage(nil), testKey(25))
 	r.kernel.powerOff()
-	_, err = r.stage(nil).Open(context.Background(), Plan{UUID: newUUID()}, testKey(25))
+	_, err = r.stage(nil).Open(context.Background(), Plan{UUID: newUUID()}, Keys{Current: testKey(25)})
 	if !errors.Is(err, ErrStateChanged) || !strings.Contains(err.Error(), plan.UUID) {
 		t.Fatalf("first-boot plan on a formatted disk: %v, want ErrStateChanged", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"golang.org/x/sys/unix"
 )
 
@@ -114,8 +115,8 @@ func (d *device) stat() error {
 		return fmt.Errorf("%w: state disk %s has no medium (size 0): it vanished, was detached or is an empty drive", ErrUnusable, d.path)
 	case d.size < minDeviceSize:
 		return fmt.Errorf("%w: state disk %s is %d bytes, need at least %d", ErrUnusable, d.path, d.size, minDeviceSize)
-	case d.size%sectorSize != 0:
-		return fmt.Errorf("state disk %s size %d is not a multiple of %d", d.path, d.size, sectorSize)
+	case d.size%luks2.SectorSize != 0:
+		return fmt.Errorf("state disk %s size %d is not a multiple of %d", d.path, d.size, luks2.SectorSize)
 	}
 	return nil
 }
@@ -145,7 +146,7 @@ func isReadOnly(path string) bool {
 // (mkfs.xfs refuses less than 300 MiB; ext4 works in latchkey's 16 MiB).
 func minSize(fstype string) int64 {
 	if fstype == "xfs" {
-		return DataOffset + 300*mib
+		return luks2.DataOffset + 300*mib
 	}
 	return minDeviceSize
 }
@@ -164,7 +165,7 @@ func (l *LUKS) usable(d *device, firstBoot bool) error {
 	}
 	if need := minSize(l.cfg.FSType); firstBoot && d.size < need {
 		return fmt.Errorf("%w: state disk %s is %d bytes (%s), too small for fsType %s: it needs at least %d bytes (%d MiB: 16 MiB of LUKS header and %d MiB of file system); nothing was written",
-			ErrUnusable, d.path, d.size, human(d.size), l.cfg.FSType, need, need/mib, (need-DataOffset)/mib)
+			ErrUnusable, d.path, d.size, human(d.size), l.cfg.FSType, need, need/mib, (need-luks2.DataOffset)/mib)
 	}
 	return nil
 }

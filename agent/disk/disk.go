@@ -40,7 +40,7 @@
 // is area A or B and the subsystem field names the master-secret
 // generation (none, or latchkey-g<n>). The copies must be identical,
 // except in the one transitional state a rewrap cut short between its
-// two header writes leaves (generation.go). The JSON is
+// two header writes leaves (luks2/generation.go). The JSON is
 // compared as a tree parsed token by token, so duplicate keys, case
 // variants and trailing documents, which encoding/json (and so luks.go)
 // would silently accept, are refused. A cipher_null segment, another
@@ -113,14 +113,29 @@ type Result struct {
 	// it made the file system (both false on an ordinary reboot).
 	Formatted, MadeFileSystem bool
 	// KeyGeneration is the master-secret generation the disk is keyed
-	// under once open (the ticket's key_generation).
-	KeyGeneration uint32
+	// under once open (the ticket's key_generation, after any rewrap);
+	// nil when the stage keys no header (KeyOnly), so the Hello goes on
+	// naming none.
+	KeyGeneration *uint32
 }
 
-// Stage is the disk stage of a boot.
+// Keys are a ticket's disk keys: Current, of master-secret generation
+// Generation, is what the disk ends on; Previous, of PreviousGeneration,
+// is set when the header names an older generation.
+type Keys struct {
+	Current            []byte
+	Generation         uint32
+	Previous           []byte
+	PreviousGeneration uint32
+}
+
+// Stage is the disk stage of a boot. Open gets every key of the ticket:
+// a stage that keys a header uses the previous generation's to rewrap a
+// disk still under it (LUKS), one that does not uses Current alone
+// (KeyOnly). Open never keeps a key; the caller clears them afterwards.
 type Stage interface {
 	Prepare(ctx context.Context) (Plan, error)
-	Open(ctx context.Context, plan Plan, key []byte) (Result, error)
+	Open(ctx context.Context, plan Plan, keys Keys) (Result, error)
 }
 
 // KeyOnly is the stage for disk-only demos and machines whose disk is
@@ -139,10 +154,10 @@ func (k KeyOnly) Prepare(context.Context) (Plan, error) {
 	return Plan{UUID: k.UUID, Rejoin: k.Rejoin}, nil
 }
 
-// Open checks the key length and reports nothing mounted.
-func (k KeyOnly) Open(_ context.Context, _ Plan, key []byte) (Result, error) {
-	if len(key) != protocol.DiskKeySize {
-		return Result{}, fmt.Errorf("key-only disk stage: ticket key is %d bytes, want %d", len(key), protocol.DiskKeySize)
+// Open checks the current key's length and reports nothing mounted.
+func (k KeyOnly) Open(_ context.Context, _ Plan, keys Keys) (Result, error) {
+	if len(keys.Current) != protocol.DiskKeySize {
+		return Result{}, fmt.Errorf("key-only disk stage: ticket key is %d bytes, want %d", len(keys.Current), protocol.DiskKeySize)
 	}
 	return Result{}, nil
 }

@@ -1,6 +1,10 @@
 package disk
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/latchkey/latchkey/agent/disk/luks2"
+)
 
 // Sentinel errors, for errors.Is; the wrapping error says what was found.
 var (
@@ -10,7 +14,8 @@ var (
 	ErrForeignData = errors.New("state disk holds data latchkey did not create")
 	// ErrHeaderRejected: a LUKS2 header is present but not exactly the
 	// shape latchkey creates (altered or hostile); it is never unlocked.
-	ErrHeaderRejected = errors.New("LUKS2 header rejected")
+	// It is the validator's own sentinel.
+	ErrHeaderRejected = luks2.ErrRejected
 	// ErrStateChanged: the device changed between Prepare and Open.
 	ErrStateChanged = errors.New("state disk changed since Prepare")
 	// ErrVolumeContent: the opened volume holds something other than the

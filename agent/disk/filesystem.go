@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"github.com/latchkey/latchkey/internal/execx"
 	"github.com/latchkey/latchkey/internal/logkey"
 )
 
 // ensureFileSystem makes sure the opened volume at mapped holds the state
 // file system and returns its type and whether this run made it. The
-// state record decides (see record.go):
+// state record decides (see luks2/record.go):
 //
 //   - no record: nothing was ever written through a mapping, so the
 //     volume is fresh; record "mkfs", make the file system, record "ready";
@@ -37,7 +38,7 @@ func (l *LUKS) ensureFileSystem(ctx context.Context, d *device, mapped, uuid str
 			}
 		}
 		return l.makeFileSystem(ctx, d, mapped, uuid, nil)
-	case rec.State == recordMkfs:
+	case rec.State == luks2.RecordMkfs:
 		l.cfg.Logger.Info("state disk: finishing an interrupted mkfs", slog.String(logkey.FSType, l.cfg.FSType))
 		return l.makeFileSystem(ctx, d, mapped, uuid, rec)
 	}
@@ -63,7 +64,7 @@ func (l *LUKS) ensureFileSystem(ctx context.Context, d *device, mapped, uuid str
 }
 
 // makeFileSystem records "mkfs", runs mkfs, records "ready".
-func (l *LUKS) makeFileSystem(ctx context.Context, d *device, mapped, uuid string, prev *stateRecord) (string, bool, error) {
+func (l *LUKS) makeFileSystem(ctx context.Context, d *device, mapped, uuid string, prev *luks2.Record) (string, bool, error) {
 	fstype := l.cfg.FSType
 	if need := minSize(fstype); d.size < need {
 		// A header an older agent wrote on a disk too small for the file
@@ -71,7 +72,7 @@ func (l *LUKS) makeFileSystem(ctx context.Context, d *device, mapped, uuid strin
 		return "", false, fmt.Errorf("%w: state disk %s is %d bytes, too small for fsType %s (needs at least %d bytes); use fsType ext4 or a larger disk",
 			ErrUnusable, d.path, d.size, fstype, need)
 	}
-	rec, err := writeRecord(d, prev, stateRecord{UUID: uuid, State: recordMkfs, FSType: fstype})
+	rec, err := writeRecord(d, prev, luks2.Record{UUID: uuid, State: luks2.RecordMkfs, FSType: fstype})
 	if err != nil {
 		return "", false, err
 	}
@@ -84,7 +85,7 @@ func (l *LUKS) makeFileSystem(ctx context.Context, d *device, mapped, uuid strin
 	if err := l.fault(StepFileSystemMade); err != nil {
 		return "", false, err
 	}
-	if _, err := writeRecord(d, rec, stateRecord{UUID: uuid, State: recordReady, FSType: fstype}); err != nil {
+	if _, err := writeRecord(d, rec, luks2.Record{UUID: uuid, State: luks2.RecordReady, FSType: fstype}); err != nil {
 		return "", false, err
 	}
 	l.cfg.Logger.Info("state disk: file system made", slog.String(logkey.FSType, fstype), slog.String(logkey.Device, mapped))
@@ -108,4 +109,35 @@ func (l *LUKS) fsType(ctx context.Context, dev string) (string, error) {
 		return "", err
 	}
 	return fields["TYPE"], nil
+}
+
+// readRecord returns the newest valid state record (luks2.NewestRecord):
+// nil when both slots are blank, ErrVolumeContent when a slot holds
+// something that is not a record, or a record of another disk.
+func readRecord(d *device, uuid string) (*luks2.Record, error) {
+	raw, err := d.read(luks2.RecordOffset, 2*luks2.RecordSlotSize)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := luks2.NewestRecord(raw, uuid)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrVolumeContent, err)
+	}
+	return rec, nil
+}
+
+// writeRecord writes rec with the next sequence number into the slot the
+// newer record does not occupy, and syncs.
+func writeRecord(d *device, prev *luks2.Record, rec luks2.Record) (*luks2.Record, error) {
+	if prev != nil {
+		rec.Seq = prev.Seq + 1
+	}
+	slot, off, err := luks2.EncodeRecord(rec)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.write(slot, off); err != nil {
+		return nil, err
+	}
+	return &rec, d.sync()
 }

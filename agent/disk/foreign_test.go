@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"golang.org/x/sys/unix"
 )
 
@@ -50,7 +51,7 @@ func TestWipeStateDiskOverridesForeignData(t *testing.T) {
 		if step == "Prepare" {
 			_, err = other.Prepare(context.Background())
 		} else {
-			_, err = other.Open(context.Background(), Plan{UUID: newUUID()}, testKey(7))
+			_, err = other.Open(context.Background(), Plan{UUID: newUUID()}, Keys{Current: testKey(7)})
 		}
 		if !errors.Is(err, ErrWipeMismatch) || !errors.Is(err, ErrForeignData) ||
 			!strings.Contains(err.Error(), `wipeStateDisk is "some-other-disk", which does not name this disk`) ||
@@ -76,12 +77,12 @@ func TestWipeStateDiskOverridesForeignData(t *testing.T) {
 	r.kernel.powerOff()
 
 	// The setting left on never wipes latchkey's own disk.
-	header := readDev(t, r.dev, 0, DataOffset)
+	header := readDev(t, r.dev, 0, luks2.DataOffset)
 	plan2, res2 := r.mustBoot(r.stage(func(c *LUKSConfig) { c.WipeStateDisk = serial }), testKey(7))
 	if !plan2.Rejoin || plan2.UUID != plan.UUID || res2.Formatted || res2.MadeFileSystem {
 		t.Fatalf("reboot with the setting on: plan %+v, result %+v", plan2, res2)
 	}
-	if string(readDev(t, r.dev, 0, DataOffset)) != string(header) {
+	if string(readDev(t, r.dev, 0, luks2.DataOffset)) != string(header) {
 		t.Fatal("header rewritten")
 	}
 }
@@ -117,7 +118,7 @@ func TestWipeStateDiskByIDAndLUKSUUID(t *testing.T) {
 	}
 	for _, name := range []string{uuid, filepath.Join(dir, "virtio-state-disk")} {
 		r.kernel.powerOff()
-		writeDev(t, r.dev, 0, make([]byte, DataOffset)) // back to the LUKS1 disk for the second name
+		writeDev(t, r.dev, 0, make([]byte, luks2.DataOffset)) // back to the LUKS1 disk for the second name
 		run(t, testKey(9), "cryptsetup", "luksFormat", "--batch-mode", "--type", "luks1", "--uuid", uuid, "--pbkdf-force-iterations", "1000", "--key-file", "-", r.dev)
 		plan, res := r.mustBoot(r.stage(func(c *LUKSConfig) { c.WipeStateDisk = name }), testKey(8))
 		if plan.Rejoin || !res.Formatted {

@@ -7,10 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"github.com/latchkey/latchkey/internal/execx"
 	"github.com/latchkey/latchkey/internal/logkey"
 )
@@ -35,22 +35,6 @@ import (
 // mapping, so nothing is lost. After step 3 the header is complete and is
 // never rewritten.
 
-// formatArgs is the luksFormat command line (no secret: the key is read
-// from stdin with --key-file -).
-func formatArgs(uuid, target string) []string {
-	return []string{
-		"luksFormat", "--batch-mode", "--type", "luks2",
-		"--cipher", luksCipher, "--key-size", strconv.Itoa(volumeKeyBytes * 8),
-		"--sector-size", strconv.Itoa(sectorSize),
-		"--uuid", uuid, "--label", HeaderLabel,
-		"--pbkdf", "pbkdf2", "--pbkdf-force-iterations", strconv.Itoa(kdfIterations), "--hash", luksHash,
-		"--luks2-metadata-size", strconv.Itoa(hdrSize/1024) + "k",
-		"--luks2-keyslots-size", strconv.Itoa(keyslotsSize/1024) + "k",
-		"--offset", strconv.Itoa(DataOffset / 512),
-		"--key-file", "-", target,
-	}
-}
-
 // formatImage runs luksFormat on a memory file, writes generation gen
 // into its subsystem field, and returns it, checked: the header has
 // exactly latchkey's shape and the key unseals it.
@@ -61,7 +45,7 @@ func (l *LUKS) formatImage(ctx context.Context, uuid string, key []byte, gen uin
 	}
 	_, err = l.cfg.Runner.Run(ctx, execx.Cmd{
 		Name:       "cryptsetup",
-		Args:       formatArgs(uuid, "/dev/fd/3"),
+		Args:       luks2.FormatArgs(uuid, "/dev/fd/3"),
 		Stdin:      bytes.NewReader(key),
 		ExtraFiles: []*os.File{img},
 	})
@@ -82,18 +66,18 @@ func (l *LUKS) formatImage(ctx context.Context, uuid string, key []byte, gen uin
 }
 
 func checkImage(img *os.File, uuid string, key []byte, gen uint32) error {
-	head := make([]byte, headAndKeyslot)
+	head := make([]byte, luks2.HeadAndKeyslot)
 	if _, err := img.ReadAt(head, 0); err != nil {
 		return err
 	}
-	h, err := validateHeader(head, uuid)
+	h, err := luks2.Validate(head, uuid)
 	if err != nil {
 		return fmt.Errorf("cryptsetup produced an unexpected header: %w", err)
 	}
-	if h.generation != gen || h.prior != nil || h.area != areaA {
-		return fmt.Errorf("the formatted header names generation %d, area %d; want %d, %d", h.generation, h.area, gen, areaA)
+	if h.Generation != gen || h.Prior != nil || h.Area != luks2.AreaA {
+		return fmt.Errorf("the formatted header names generation %d, area %d; want %d, %d", h.Generation, h.Area, gen, luks2.AreaA)
 	}
-	_, err = unsealDetached(head, key, "", DataOffset+mib)
+	_, err = unsealDetached(head, key, "", luks2.DataOffset+mib)
 	return err
 }
 
@@ -103,8 +87,8 @@ func checkImage(img *os.File, uuid string, key []byte, gen uint32) error {
 // (probe.go, classifyInterrupted).
 func zeroUnusedKeyslots(img *os.File) error {
 	zero := make([]byte, mib)
-	for off := int64(keyslotsOffset + keyslotAreaSize); off < recordOffset; off += mib {
-		n := min(mib, recordOffset-off)
+	for off := int64(luks2.KeyslotsOffset + luks2.KeyslotAreaSize); off < luks2.RecordOffset; off += mib {
+		n := min(mib, luks2.RecordOffset-off)
 		if _, err := img.WriteAt(zero[:n], off); err != nil {
 			return fmt.Errorf("zero the unused keyslots area: %w", err)
 		}
@@ -137,8 +121,8 @@ func (l *LUKS) install(d *device, img *os.File, wipe bool) error {
 		}
 	}
 	steps := []struct{ from, to int64 }{
-		{secondaryOffset, DataOffset},
-		{binHeaderSize, secondaryOffset},
+		{luks2.SecondaryOffset, luks2.DataOffset},
+		{luks2.BinHeaderSize, luks2.SecondaryOffset},
 	}
 	for _, s := range steps {
 		if err := copyRange(d, img, s.from, s.to); err != nil {
@@ -151,7 +135,7 @@ func (l *LUKS) install(d *device, img *os.File, wipe bool) error {
 	if err := l.fault(StepHeaderPartial); err != nil {
 		return err
 	}
-	if err := copyRange(d, img, 0, binHeaderSize); err != nil {
+	if err := copyRange(d, img, 0, luks2.BinHeaderSize); err != nil {
 		return err
 	}
 	if err := d.sync(); err != nil {

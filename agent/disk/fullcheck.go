@@ -41,6 +41,19 @@ const (
 // fullCheckChunk and fullCheckDepth are variables for the benchmark.
 var fullCheckChunk, fullCheckDepth int64 = 4 * mib, 2
 
+// firstNonZero returns the offset of the first non-zero byte, or -1.
+func firstNonZero(b []byte) int {
+	for i, c := range b {
+		if c != 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// allZero reports whether every byte of b is zero.
+func allZero(b []byte) bool { return firstNonZero(b) < 0 }
+
 // firstNonZeroFast returns the offset of b's first non-zero byte, or -1.
 // b is all zero exactly when its first byte is zero and every byte
 // equals the one before it: bytes.Equal(b[1:], b[:len(b)-1]) is the

@@ -18,6 +18,7 @@ import (
 	"github.com/anatol/luks.go"
 	"golang.org/x/sys/unix"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"github.com/latchkey/latchkey/internal/execx"
 	"github.com/latchkey/latchkey/internal/execx/execxtest"
 	"github.com/latchkey/latchkey/protocol"
@@ -157,7 +158,7 @@ func (k *loopKernel) MapCrypt(ctx context.Context, name string, vol *luks.Volume
 	if k.failOn != "" {
 		return "", errors.New(k.failOn)
 	}
-	if vol.StorageEncryption != luksCipher || vol.StorageSectorSize != sectorSize || vol.StorageOffset != DataOffset {
+	if vol.StorageEncryption != luks2.Cipher || vol.StorageSectorSize != luks2.SectorSize || vol.StorageOffset != luks2.DataOffset {
 		return "", fmt.Errorf("loopKernel: unexpected volume %+v", vol)
 	}
 	k.vols = append(k.vols, *vol)
@@ -294,7 +295,7 @@ func (r *testRig) boot(l *LUKS, key []byte) (Plan, Result, error) {
 	if err != nil {
 		return plan, Result{}, err
 	}
-	res, err := l.Open(ctx, plan, key)
+	res, err := l.Open(ctx, plan, Keys{Current: key})
 	return plan, res, err
 }
 
@@ -305,4 +306,12 @@ func (r *testRig) mustBoot(l *LUKS, key []byte) (Plan, Result) {
 		r.t.Fatalf("boot: %v", err)
 	}
 	return plan, res
+}
+
+// cString is a NUL-terminated field as text.
+func cString(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/anatol/luks.go"
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 )
 
 // rewriteJSON replaces the JSON metadata of both header copies with
@@ -19,19 +20,19 @@ import (
 // disk can.
 func rewriteJSON(t *testing.T, dev string, edit func(string) string) {
 	t.Helper()
-	area := readDev(t, dev, 0, keyslotsOffset)
-	js := cString(area[binHeaderSize:hdrSize])
+	area := readDev(t, dev, 0, luks2.KeyslotsOffset)
+	js := cString(area[luks2.BinHeaderSize:luks2.HeaderSize])
 	edited := edit(js)
 	if edited == js {
 		t.Fatal("edit changed nothing")
 	}
-	if len(edited) >= jsonAreaSize {
+	if len(edited) >= luks2.JSONAreaSize {
 		t.Fatal("edited JSON too large")
 	}
-	for _, off := range []int{0, secondaryOffset} {
-		a := area[off : off+hdrSize]
-		clear(a[binHeaderSize:])
-		copy(a[binHeaderSize:], edited)
+	for _, off := range []int{0, luks2.SecondaryOffset} {
+		a := area[off : off+luks2.HeaderSize]
+		clear(a[luks2.BinHeaderSize:])
+		copy(a[luks2.BinHeaderSize:], edited)
 		resum(a)
 	}
 	writeDev(t, dev, 0, area)
@@ -40,18 +41,18 @@ func rewriteJSON(t *testing.T, dev string, edit func(string) string) {
 // rewriteBin edits the binary header fields of the copies listed.
 func rewriteBin(t *testing.T, dev string, offsets []int, edit func(h []byte)) {
 	t.Helper()
-	area := readDev(t, dev, 0, keyslotsOffset)
+	area := readDev(t, dev, 0, luks2.KeyslotsOffset)
 	for _, off := range offsets {
-		edit(area[off : off+binHeaderSize])
-		resum(area[off : off+hdrSize])
+		edit(area[off : off+luks2.BinHeaderSize])
+		resum(area[off : off+luks2.HeaderSize])
 	}
 	writeDev(t, dev, 0, area)
 }
 
 func resum(a []byte) {
-	clear(a[offCsum : offCsum+64])
-	sum := sha256.Sum256(a[:hdrSize])
-	copy(a[offCsum:], sum[:])
+	clear(a[luks2.OffCsum : luks2.OffCsum+64])
+	sum := sha256.Sum256(a[:luks2.HeaderSize])
+	copy(a[luks2.OffCsum:], sum[:])
 }
 
 type hostileCase struct {
@@ -103,15 +104,15 @@ var hostileCases = []hostileCase{
 			"--key-file", "-", dev, hostKey)
 	}, `keyslots has unexpected "1"`, true},
 	{"label changed", func(t *testing.T, dev string, _ []byte) {
-		rewriteBin(t, dev, []int{0, secondaryOffset}, func(h []byte) { copy(h[offLabel:], "other\x00\x00\x00\x00\x00\x00\x00\x00\x00") })
+		rewriteBin(t, dev, []int{0, luks2.SecondaryOffset}, func(h []byte) { copy(h[luks2.OffLabel:], "other\x00\x00\x00\x00\x00\x00\x00\x00\x00") })
 	}, `label "other", want "latchkey-state"`, true},
 	{"primary edited only", func(t *testing.T, dev string, _ []byte) {
-		rewriteBin(t, dev, []int{0}, func(h []byte) { binary.BigEndian.PutUint64(h[offSeqID:], 99) })
+		rewriteBin(t, dev, []int{0}, func(h []byte) { binary.BigEndian.PutUint64(h[luks2.OffSeqID:], 99) })
 	}, "primary and secondary headers differ", true},
 	{"checksum not recomputed", func(t *testing.T, dev string, _ []byte) {
-		area := readDev(t, dev, 0, hdrSize)
-		copy(area[binHeaderSize:], bytes.Replace(area[binHeaderSize:], []byte(`"aes-xts-plain64","sector_size"`), []byte(`"cipher_null-ecb","sector_size"`), 1))
-		if bytes.Equal(area, readDev(t, dev, 0, hdrSize)) {
+		area := readDev(t, dev, 0, luks2.HeaderSize)
+		copy(area[luks2.BinHeaderSize:], bytes.Replace(area[luks2.BinHeaderSize:], []byte(`"aes-xts-plain64","sector_size"`), []byte(`"cipher_null-ecb","sector_size"`), 1))
+		if bytes.Equal(area, readDev(t, dev, 0, luks2.HeaderSize)) {
 			t.Fatal("edit changed nothing")
 		}
 		writeDev(t, dev, 0, area)
@@ -139,7 +140,7 @@ func TestHostileHeadersRefusedBeforeUnlock(t *testing.T) {
 			// An agent holding the rejoin plan from before the swap
 			// refuses in Open, before unsealing.
 			before := checksum(t, r.dev)
-			_, err = r.stage(nil).Open(context.Background(), plan, key)
+			_, err = r.stage(nil).Open(context.Background(), plan, Keys{Current: key})
 			if !errors.Is(err, ErrHeaderRejected) || !strings.Contains(err.Error(), c.reason) {
 				t.Fatalf("Open: %v\nwant ErrHeaderRejected naming %q", err, c.reason)
 			}

@@ -69,7 +69,7 @@ func checkLockKeepsOut(t *testing.T, r *testRig, disk, device string) {
 	if err == nil || !strings.Contains(err.Error(), "state disk "+disk+" is locked by another process") {
 		t.Fatalf("Prepare with the disk locked: %v", err)
 	}
-	_, err = l.Open(context.Background(), Plan{UUID: newUUID()}, testKey(3))
+	_, err = l.Open(context.Background(), Plan{UUID: newUUID()}, Keys{Current: testKey(3)})
 	if err == nil || !strings.Contains(err.Error(), "is locked by another process") || r.rec.Ran("cryptsetup") != 0 {
 		t.Fatalf("Open with the disk locked: %v", err)
 	}

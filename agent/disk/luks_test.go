@@ -14,6 +14,7 @@ import (
 
 	"github.com/anatol/luks.go"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"github.com/latchkey/latchkey/internal/execx"
 	"github.com/latchkey/latchkey/protocol"
 )
@@ -66,7 +67,7 @@ func TestFirstBootFormatsExactly(t *testing.T) {
 		t.Fatal("Prepare wrote to the disk")
 	}
 
-	res, err := l.Open(context.Background(), plan, key)
+	res, err := l.Open(context.Background(), plan, Keys{Current: key})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -105,7 +106,7 @@ func checkFormatParameters(t *testing.T, dev, uuid string) {
 		t.Errorf("tokens = %v", dump.Tokens)
 	}
 	text := run(t, nil, "cryptsetup", "luksDump", dev)
-	for _, want := range []string{"Version:       \t2", "UUID:          \t" + uuid, "Label:         \t" + HeaderLabel, "Key:        512 bits"} {
+	for _, want := range []string{"Version:       \t2", "UUID:          \t" + uuid, "Label:         \t" + luks2.HeaderLabel, "Key:        512 bits"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("luksDump lacks %q:\n%s", want, text)
 		}
@@ -134,7 +135,7 @@ func checkKeyBehaviour(t *testing.T, dev string, key []byte) {
 	if err != nil {
 		t.Fatalf("luks.go unseal with the ticket key: %v", err)
 	}
-	if vol.StorageEncryption != "aes-xts-plain64" || vol.StorageSectorSize != 4096 || vol.StorageOffset != DataOffset {
+	if vol.StorageEncryption != "aes-xts-plain64" || vol.StorageSectorSize != 4096 || vol.StorageOffset != luks2.DataOffset {
 		t.Errorf("luks.go volume = %s/%d/%d", vol.StorageEncryption, vol.StorageSectorSize, vol.StorageOffset)
 	}
 	wrong := testKey(2)
@@ -195,7 +196,7 @@ func TestRebootTakesRejoinPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.kernel.powerOff()
-	header := readDev(t, r.dev, 0, DataOffset)
+	header := readDev(t, r.dev, 0, luks2.DataOffset)
 
 	l := r.stage(nil)
 	plan, res2 := r.mustBoot(l, key)
@@ -208,7 +209,7 @@ func TestRebootTakesRejoinPath(t *testing.T) {
 	if n := r.rec.Ran("cryptsetup") + r.rec.Ran("mkfs"); n != 0 {
 		t.Fatalf("reboot ran cryptsetup or mkfs %d times", n)
 	}
-	if !bytes.Equal(readDev(t, r.dev, 0, DataOffset), header) {
+	if !bytes.Equal(readDev(t, r.dev, 0, luks2.DataOffset), header) {
 		t.Fatal("reboot changed the header area")
 	}
 	if b, err := os.ReadFile(marker); err != nil || string(b) != "cert" {

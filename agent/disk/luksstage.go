@@ -117,10 +117,14 @@ func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
 // again from the locked descriptor, so a second agent on the same disk
 // waits and then finds the first one's header instead of writing its own.
 //
-// Open takes one key, of generation 0; OpenKeys (rewrap.go) takes every
-// key of a ticket.
-func (l *LUKS) Open(ctx context.Context, plan Plan, key []byte) (Result, error) {
-	return l.OpenKeys(ctx, plan, Keys{Current: key})
+// A first boot writes keys.Generation into the new header, and a header
+// on another generation is rewrapped to it before the volume is opened
+// (rewrap.go).
+func (l *LUKS) Open(ctx context.Context, plan Plan, keys Keys) (Result, error) {
+	if err := keys.check(); err != nil {
+		return Result{}, err
+	}
+	return l.open(ctx, plan, keys)
 }
 
 func (l *LUKS) open(ctx context.Context, plan Plan, keys Keys) (Result, error) {
@@ -268,7 +272,8 @@ func (l *LUKS) openSettled(ctx context.Context, d *device, p probe, uuid string,
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{MountPoint: l.cfg.MountPoint, Device: mapped, UUID: uuid, FSType: fstype, MadeFileSystem: made, KeyGeneration: keys.Generation}
+	gen := keys.Generation
+	res := Result{MountPoint: l.cfg.MountPoint, Device: mapped, UUID: uuid, FSType: fstype, MadeFileSystem: made, KeyGeneration: &gen}
 	return l.mountAll(ctx, res)
 }
 

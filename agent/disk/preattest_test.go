@@ -11,7 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,26 +31,66 @@ import (
 // sees a connection, so no ticket (no key, no token) is handed out for a
 // disk that cannot be used.
 
-// countingVerifier is a loopback listener that counts connections.
-func countingVerifier(t *testing.T) (string, *atomic.Int32) {
+// countingVerifier is a loopback listener that counts connections. Its
+// settled returns the count once every connection made before the call
+// is accepted and counted: it makes one more connection and waits until
+// the listener has accepted that one (the kernel queues connections for
+// Accept first in, first out), which it does not count. A connection the
+// code under test made, even one whose Accept was still in flight, is
+// therefore never missed, and nothing waits a fixed time.
+func countingVerifier(t *testing.T) (string, func() int32) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lis.Close() })
-	var n atomic.Int32
+	var (
+		mu     sync.Mutex
+		n      int32
+		seen   = map[string]bool{}
+		notify = make(chan struct{}, 1)
+	)
 	go func() {
 		for {
 			c, err := lis.Accept()
 			if err != nil {
 				return
 			}
-			n.Add(1)
+			mu.Lock()
+			n++
+			seen[c.RemoteAddr().String()] = true
+			mu.Unlock()
+			select {
+			case notify <- struct{}{}:
+			default:
+			}
 			c.Close()
 		}
 	}()
-	return lis.Addr().String(), &n
+	settled := func() int32 {
+		c, err := net.Dial("tcp", lis.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		probe := c.LocalAddr().String()
+		deadline := time.After(10 * time.Second)
+		for {
+			mu.Lock()
+			done, count := seen[probe], n-1
+			mu.Unlock()
+			if done {
+				return count
+			}
+			select {
+			case <-notify:
+			case <-deadline:
+				t.Fatal("the listener did not accept the probe connection in 10s")
+			}
+		}
+	}
+	return lis.Addr().String(), settled
 }
 
 func loopDevice(t *testing.T, size int64, args ...string) string {
@@ -136,7 +176,7 @@ func TestUnusableDiskRefusedBeforeAttestation(t *testing.T) {
 			if _, err := os.Stat(dev); err == nil {
 				before = sha(t, dev)
 			}
-			addr, conns := countingVerifier(t)
+			addr, settled := countingVerifier(t)
 			log := slog.New(slog.DiscardHandler)
 			tickets, err := ticket.New(ticket.Config{Endpoints: []string{addr}, InsecureSkipVerifierAuth: true,
 				Issuer: &attesttest.Issuer{}, Timeout: 2 * time.Second, Logger: log})
@@ -159,8 +199,8 @@ func TestUnusableDiskRefusedBeforeAttestation(t *testing.T) {
 			err = b.Run(context.Background())
 			if c.want == "" {
 				var se *boot.StageError
-				if !errors.As(err, &se) || se.Stage != boot.StageTicket || conns.Load() == 0 {
-					t.Fatalf("control: %v after %d connections; want the ticket stage to have tried the verifier", err, conns.Load())
+				if n := settled(); !errors.As(err, &se) || se.Stage != boot.StageTicket || n == 0 {
+					t.Fatalf("control: %v after %d connections; want the ticket stage to have tried the verifier", err, n)
 				}
 				return
 			}
@@ -174,8 +214,7 @@ func TestUnusableDiskRefusedBeforeAttestation(t *testing.T) {
 			if c.kernel != nil && !errors.Is(err, disk.ErrNoDeviceMapper) {
 				t.Fatalf("boot: %v, want ErrNoDeviceMapper", err)
 			}
-			time.Sleep(50 * time.Millisecond) // an Accept in flight would be counted by now
-			if n := conns.Load(); n != 0 {
+			if n := settled(); n != 0 {
 				t.Fatalf("the verifier saw %d connections; a disk that cannot be used must be refused before attestation", n)
 			}
 			if _, err := os.Stat(dev); err == nil && sha(t, dev) != before {

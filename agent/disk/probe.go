@@ -1,18 +1,15 @@
 package disk
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"github.com/latchkey/latchkey/internal/execx"
-	"github.com/latchkey/latchkey/protocol"
 )
 
 // kind is what classify found on the device.
@@ -45,7 +42,7 @@ type probe struct {
 	// validation: latchkey's own disk, changed since it was made.
 	altered bool
 	// hdr is the validated header (kindOurs).
-	hdr *header
+	hdr *luks2.Header
 	// rule is the blank-check rule that admitted a kindBlank or
 	// kindInterrupted device.
 	rule string
@@ -95,7 +92,7 @@ func (l *LUKS) classify(ctx context.Context, d *device, proven bool) (probe, err
 // they are zero, the rest stands as Prepare proved it.
 func (l *LUKS) zeroFrom(ctx context.Context, d *device, from int64, proven bool) (int64, error) {
 	if proven {
-		head, err := d.read(from, int(DataOffset-min(from, DataOffset)))
+		head, err := d.read(from, int(luks2.DataOffset-min(from, luks2.DataOffset)))
 		if err != nil {
 			return 0, err
 		}
@@ -148,26 +145,26 @@ func foreign(head []byte, what string) probe {
 
 // classifyLUKS handles a primary LUKS magic at offset 0.
 func classifyLUKS(head []byte) (probe, bool) {
-	if !bytes.Equal(head[:6], primaryMagic) {
+	if string(head[:6]) != luks2.PrimaryMagic {
 		return probe{}, false
 	}
-	switch v := binary.BigEndian.Uint16(head[offVersion:]); v {
+	switch v := binary.BigEndian.Uint16(head[luks2.OffVersion:]); v {
 	case 1:
 		p := foreign(head, "a LUKS1 header at byte 0")
-		p.uuid = cString(head[offUUID : offUUID+40])
+		p.uuid = luks2.ParseBinary(head).UUID
 		return p, true
 	case 2:
-		h, err := validateHeader(head, "")
+		h, err := luks2.Validate(head, "")
 		if err != nil {
-			bin := parseBinHeader(head)
-			p := foreign(head, fmt.Sprintf("a LUKS2 header latchkey did not create (label %q) at byte 0", bin.label))
-			p.err, p.uuid = err, bin.uuid
-			if madeByLatchkey(head) {
+			bin := luks2.ParseBinary(head)
+			p := foreign(head, fmt.Sprintf("a LUKS2 header latchkey did not create (label %q) at byte 0", bin.Label))
+			p.err, p.uuid = err, bin.UUID
+			if luks2.MadeByLatchkey(head) {
 				p.what, p.altered = "latchkey's LUKS2 header, altered since latchkey wrote it", true
 			}
 			return p, true
 		}
-		return probe{kind: kindOurs, uuid: h.uuid, head: head, hdr: h}, true
+		return probe{kind: kindOurs, uuid: h.UUID, head: head, hdr: h}, true
 	default:
 		return foreign(head, fmt.Sprintf("a LUKS header of unknown version %d", v)), true
 	}
@@ -186,82 +183,55 @@ func classifyLUKS(head []byte) (probe, bool) {
 // else is foreign, named, and redone only if WipeStateDisk names the
 // disk.
 func (l *LUKS) classifyInterrupted(ctx context.Context, d *device, head []byte, proven bool) (probe, bool, error) {
-	sec := head[secondaryOffset : secondaryOffset+binHeaderSize]
-	if !allZero(head[:binHeaderSize]) || !bytes.Equal(sec[:6], secondaryMagic) {
+	if !allZero(head[:luks2.BinHeaderSize]) || string(head[luks2.SecondaryOffset:luks2.SecondaryOffset+6]) != luks2.SecondaryMagic {
 		return probe{}, false, nil
 	}
-	h := parseBinHeader(sec)
-	if h.version != 2 || h.hdrSize != hdrSize || h.hdrOffset != secondaryOffset ||
-		!fixedField(sec[offLabel:offLabel+48], HeaderLabel) || !protocol.ValidDiskUUID(h.uuid) {
+	uuid, ok := luks2.InstallSecondary(head)
+	if !ok {
 		return foreign(head, "a secondary LUKS2 header without a primary header"), true, nil
 	}
-	gap, err := d.read(recordOffset, 2*recordSlotSize)
+	gap, err := d.read(luks2.RecordOffset, 2*luks2.RecordSlotSize)
 	if err != nil {
 		return probe{}, false, err
 	}
 	if !allZero(gap) {
 		return foreign(head, "a secondary LUKS2 header without a primary header, on a disk that was in use"), true, nil
 	}
-	if why := checkSecondary(head); why != "" {
+	if why := luks2.CheckInterruptedSecondary(head); why != "" {
 		p := foreign(head, "a secondary LUKS2 header with latchkey's label that latchkey did not write ("+why+")")
-		p.uuid = h.uuid
+		p.uuid = uuid
 		return p, true, nil
 	}
-	area, err := d.read(0, DataOffset)
+	area, err := d.read(0, luks2.DataOffset)
 	if err != nil {
 		return probe{}, false, err
 	}
 	over := int64(-1)
-	if i := firstNonZeroFast(area[keyslotsOffset+keyslotAreaSize:]); i >= 0 {
-		over = int64(keyslotsOffset + keyslotAreaSize + i)
+	if i := firstNonZeroFast(area[luks2.KeyslotsOffset+luks2.KeyslotAreaSize:]); i >= 0 {
+		over = int64(luks2.KeyslotsOffset + luks2.KeyslotAreaSize + i)
 	} else if l.cfg.BlankCheck == BlankCheckSampled {
-		res, err := scanDevice(ctx, d, DataOffset)
+		res, err := scanDevice(ctx, d, luks2.DataOffset)
 		if err != nil {
 			return probe{}, false, err
 		}
 		if !res.blank() {
 			p := foreign(head, "an interrupted latchkey header install, over "+res.describe())
-			p.uuid = h.uuid
+			p.uuid = uuid
 			return p, true, nil
 		}
-	} else if over, err = l.zeroFrom(ctx, d, DataOffset, proven); err != nil {
+	} else if over, err = l.zeroFrom(ctx, d, luks2.DataOffset, proven); err != nil {
 		return probe{}, false, err
 	}
 	if over >= 0 {
-		what, err := l.nameData(ctx, d, over, keyslotsOffset+keyslotAreaSize)
+		what, err := l.nameData(ctx, d, over, luks2.KeyslotsOffset+luks2.KeyslotAreaSize)
 		if err != nil {
 			return probe{}, false, err
 		}
 		p := foreign(head, "an interrupted latchkey header install, over "+what)
-		p.uuid = h.uuid
+		p.uuid = uuid
 		return p, true, nil
 	}
-	return probe{kind: kindInterrupted, uuid: h.uuid, head: head, rule: l.cfg.BlankCheck}, true, nil
-}
-
-// checkSecondary validates the secondary header of an interrupted
-// install as a complete header's copy is validated, and the primary JSON
-// area against it; it returns what is wrong, or "".
-func checkSecondary(head []byte) string {
-	_, sj, err := checkOneHeader(head[secondaryOffset:secondaryOffset+hdrSize], secondaryMagic, secondaryOffset)
-	if err != nil {
-		return "secondary header: " + err.Error()
-	}
-	if err := checkShape(sj); err != nil {
-		return err.Error()
-	}
-	pp, err := slotParamsOf(sj)
-	if err != nil {
-		return err.Error()
-	}
-	if pp.areaOffset != areaA {
-		return fmt.Sprintf("keyslot 0 in area at %d, a fresh install uses %d", pp.areaOffset, areaA)
-	}
-	pjs := head[binHeaderSize:hdrSize]
-	if !allZero(pjs) && !bytes.Equal(pjs, head[secondaryOffset+binHeaderSize:secondaryOffset+hdrSize]) {
-		return "the primary JSON area is neither empty nor the secondary's"
-	}
-	return ""
+	return probe{kind: kindInterrupted, uuid: uuid, head: head, rule: l.cfg.BlankCheck}, true, nil
 }
 
 // blkid asks libblkid's low-level probes (the same detection udev and
@@ -315,43 +285,6 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// madeByLatchkey recognises a LUKS2 header latchkey created by what
-// latchkey wrote, not by the fields cryptsetup config or luksAddKey
-// change: a header whose label, subsystem, tokens or keyslots were
-// edited is still the node's own disk (refused with the recovery path,
-// never the wipe hint). Either copy counts: latchkey's label or
-// subsystem, or the layout only latchkey's luksFormat produces (a
-// keyslots area of exactly 15695872 bytes before a data segment at
-// 16 MiB; cryptsetup's default keyslots area is 16744448 bytes).
-func madeByLatchkey(head []byte) bool {
-	for _, c := range []struct {
-		off   int
-		magic []byte
-	}{{0, primaryMagic}, {secondaryOffset, secondaryMagic}} {
-		area := head[c.off : c.off+hdrSize]
-		if !bytes.Equal(area[:6], c.magic) {
-			continue
-		}
-		sub := cString(area[offSubsystem : offSubsystem+48])
-		if cString(area[offLabel:offLabel+48]) == HeaderLabel || strings.HasPrefix(sub, subsystemPrefix) {
-			return true
-		}
-		var js struct {
-			Config struct {
-				KeyslotsSize string `json:"keyslots_size"`
-			} `json:"config"`
-			Segments map[string]struct {
-				Offset string `json:"offset"`
-			} `json:"segments"`
-		}
-		if json.Unmarshal([]byte(cString(area[binHeaderSize:])), &js) == nil &&
-			js.Config.KeyslotsSize == strconv.Itoa(keyslotsSize) && js.Segments["0"].Offset == strconv.Itoa(DataOffset) {
-			return true
-		}
-	}
-	return false
-}
-
 // ownKeyslot proves the one region of an interrupted install Prepare
 // cannot compare, keyslot 0's area (latchkey's AF-split key material):
 // with the ticket's key, which exists only once attestation succeeded. A
@@ -360,16 +293,7 @@ func madeByLatchkey(head []byte) bool {
 // every byte of that area is what latchkey's luksFormat wrote for this
 // disk.
 func ownKeyslot(head []byte, keys Keys, size int64) error {
-	img := make([]byte, headAndKeyslot)
-	copy(img, head[:headAndKeyslot])
-	copy(img[:hdrSize], head[secondaryOffset:secondaryOffset+hdrSize])
-	copy(img[:len(primaryMagic)], primaryMagic)
-	binary.BigEndian.PutUint64(img[offHdrOffset:], 0)
-	h := sha256.New()
-	h.Write(img[:offCsum])
-	h.Write(make([]byte, 64))
-	h.Write(img[offPadding2:hdrSize])
-	copy(img[offCsum:offCsum+sha256.Size], h.Sum(nil))
+	img := luks2.PromoteSecondary(head)
 	var last error
 	for _, k := range [][]byte{keys.Current, keys.Previous} {
 		if len(k) == 0 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/anatol/luks.go"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"github.com/latchkey/latchkey/internal/execx"
 	"github.com/latchkey/latchkey/internal/execx/execxtest"
 )
@@ -76,7 +77,7 @@ func TestRaceChildProcess(t *testing.T) {
 	}
 	fmt.Println("RACE-PREPARED")
 	io.ReadAll(os.Stdin) // the parent closes stdin when both have prepared
-	_, err = l.Open(ctx, plan, raceKey(plan.UUID))
+	_, err = l.Open(ctx, plan, Keys{Current: raceKey(plan.UUID)})
 	r := raceReport{UUID: plan.UUID, LuksFormats: rec.Ran("cryptsetup luksFormat"), StateChange: errors.Is(err, ErrStateChanged)}
 	if err != nil {
 		r.Err = err.Error()
@@ -130,7 +131,7 @@ func TestTwoAgentsRaceForOneDisk(t *testing.T) {
 	const trials = 50
 	dev := newLoop(t, testDiskSize)
 	for trial := range trials {
-		writeDev(t, dev, 0, make([]byte, DataOffset)) // blank again
+		writeDev(t, dev, 0, make([]byte, luks2.DataOffset)) // blank again
 		a, b := startRaceChild(t, dev), startRaceChild(t, dev)
 		a.line(t, "RACE-PREPARED")
 		b.line(t, "RACE-PREPARED")
@@ -165,7 +166,7 @@ func TestTwoAgentsRaceForOneDisk(t *testing.T) {
 		}
 		// The winner's header is the one on the disk, and its key opens it.
 		head := readDev(t, dev, 0, blankCheckLength)
-		if _, err := validateHeader(head, winner.UUID); err != nil {
+		if _, err := luks2.Validate(head, winner.UUID); err != nil {
 			t.Fatalf("trial %d: the disk does not carry the winner's header: %v", trial, err)
 		}
 		if _, err := unsealDetached(head, raceKey(winner.UUID), "", testDiskSize); err != nil {

@@ -228,7 +228,7 @@ func checkReusedRefused(t *testing.T, r *testRig, named string) {
 	l := r.stage(nil)
 	_, err := l.Prepare(context.Background())
 	checkRefusal(t, "Prepare", err, first, named)
-	_, err = l.Open(context.Background(), Plan{UUID: newUUID()}, testKey(1))
+	_, err = l.Open(context.Background(), Plan{UUID: newUUID()}, Keys{Current: testKey(1)})
 	checkRefusal(t, "Open", err, first, named)
 	if r.rec.Ran("cryptsetup luksFormat")+r.rec.Ran("mkfs") != 0 || r.kernel.mapped() != 0 {
 		t.Fatal("formatted or mapped a reused disk")

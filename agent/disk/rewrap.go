@@ -2,16 +2,14 @@ package disk
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"github.com/latchkey/latchkey/internal/logkey"
 	"log/slog"
 	"os"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"github.com/latchkey/latchkey/protocol"
 )
 
@@ -20,7 +18,7 @@ import (
 // ticket's key, the agent re-keys keyslot 0 to the current generation at
 // boot. The volume key never changes, so the data segment and the digest
 // stay as they are; only keyslot 0's KDF salt, its area (alternating
-// between areaA and areaB) and the subsystem generation change, and the
+// between luks2.AreaA and luks2.AreaB) and the subsystem generation change, and the
 // header keeps exactly latchkey's shape. Everything is built and checked
 // in memory first (validated like a header read from a disk, unsealed
 // with luks.go under the current key), then written in this order, each
@@ -45,25 +43,6 @@ import (
 // the current generation with nothing lost: the volume key, and so every
 // byte of data, is untouched throughout.
 
-// Keys are a ticket's disk keys: Current, of master-secret generation
-// Generation, is what the disk ends on; Previous, of PreviousGeneration,
-// is set when the header names an older generation.
-type Keys struct {
-	Current            []byte
-	Generation         uint32
-	Previous           []byte
-	PreviousGeneration uint32
-}
-
-// KeyedStage is a Stage that takes every key of a ticket, so it can
-// rewrap a disk keyed under an older generation (LUKS does).
-type KeyedStage interface {
-	Stage
-	OpenKeys(ctx context.Context, plan Plan, keys Keys) (Result, error)
-}
-
-var _ KeyedStage = (*LUKS)(nil)
-
 // Steps of a rewrap (LUKSConfig.FaultHook), after each write and fsync.
 const (
 	// StepRewrapKeyslotWritten: the new keyslot is in the unreferenced
@@ -86,8 +65,8 @@ func (k Keys) check() error {
 	if len(k.Previous) != 0 && len(k.Previous) != protocol.DiskKeySize {
 		return fmt.Errorf("luks disk stage: ticket previous key is %d bytes, want %d", len(k.Previous), protocol.DiskKeySize)
 	}
-	if k.Generation > MaxKeyGeneration {
-		return fmt.Errorf("luks disk stage: ticket key generation %d is over %d", k.Generation, MaxKeyGeneration)
+	if k.Generation > luks2.MaxKeyGeneration {
+		return fmt.Errorf("luks disk stage: ticket key generation %d is over %d", k.Generation, luks2.MaxKeyGeneration)
 	}
 	return nil
 }
@@ -122,10 +101,10 @@ func (k Keys) candidates(gen uint32) [][]byte {
 // planGeneration is the generation a Hello for this header names: the
 // header's, or in the transitional state the older copy's, so the ticket
 // carries a key for each copy.
-func planGeneration(h *header) *uint32 {
-	g := h.generation
-	if h.prior != nil {
-		g = h.prior.generation
+func planGeneration(h *luks2.Header) *uint32 {
+	g := h.Generation
+	if h.Prior != nil {
+		g = h.Prior.Generation
 	}
 	return &g
 }
@@ -140,16 +119,16 @@ func planGeneration(h *header) *uint32 {
 func (l *LUKS) settleGeneration(d *device, p probe, keys Keys) (probe, error) {
 	head := p.head
 	for pass := 0; ; pass++ {
-		h, err := validateHeader(head, p.uuid)
+		h, err := luks2.Validate(head, p.uuid)
 		if err != nil {
 			return p, err
 		}
-		if h.prior == nil && h.generation == keys.Generation {
+		if h.Prior == nil && h.Generation == keys.Generation {
 			p.head = head
 			return p, l.zeroUnreferenced(d, p.uuid, head, h)
 		}
 		if pass == 2 { // finish, then rewrap: never more
-			return p, fmt.Errorf("rewrap state disk %s: still on generation %d after two passes", p.uuid, h.generation)
+			return p, fmt.Errorf("rewrap state disk %s: still on generation %d after two passes", p.uuid, h.Generation)
 		}
 		w, err := planRewrap(head, h, keys)
 		if err != nil {
@@ -168,17 +147,17 @@ func (l *LUKS) settleGeneration(d *device, p probe, keys Keys) (probe, error) {
 
 // planRewrap unlocks the copy of h a ticket key opens (step 1) and builds
 // the next header in memory.
-func planRewrap(head []byte, h *header, keys Keys) (*rewrapWrite, error) {
-	copies := []headerCopy{{seqID: h.seqID, json: h.json, generation: h.generation, area: h.area}}
-	if h.prior != nil {
-		copies = append(copies, *h.prior)
+func planRewrap(head []byte, h *luks2.Header, keys Keys) (*rewrapWrite, error) {
+	copies := []luks2.Copy{{SeqID: h.SeqID, JSON: h.JSON, Generation: h.Generation, Area: h.Area}}
+	if h.Prior != nil {
+		copies = append(copies, *h.Prior)
 	}
 	idx, vk, key, err := unlockCopy(head, copies, keys)
 	if err != nil {
 		return nil, err
 	}
 	defer clear(vk)
-	if h.prior != nil && idx == 0 {
+	if h.Prior != nil && idx == 0 {
 		return buildFinish(head, copies[0], key)
 	}
 	return buildRewrap(head, copies[idx], vk, keys)
@@ -191,17 +170,17 @@ func planRewrap(head []byte, h *header, keys Keys) (*rewrapWrite, error) {
 // left the subsystem empty (generation 0), and such a header, opened by
 // the current key, is rewrapped to name the generation it is really
 // under. Only the digest decides which key is right.
-func unlockCopy(head []byte, copies []headerCopy, keys Keys) (int, []byte, []byte, error) {
+func unlockCopy(head []byte, copies []luks2.Copy, keys Keys) (int, []byte, []byte, error) {
 	var gens []uint32
 	for i, c := range copies {
-		gens = append(gens, c.generation)
-		sp, err := slotParamsOf(c.json)
+		gens = append(gens, c.Generation)
+		sp, err := luks2.SlotParamsOf(c.JSON)
 		if err != nil {
 			return 0, nil, nil, err
 		}
-		for _, key := range keys.candidates(c.generation) {
-			vk, err := unwrapVolumeKey(head[c.area:c.area+keyslotAreaSize], key, sp)
-			if errors.Is(err, errWrongKey) {
+		for _, key := range keys.candidates(c.Generation) {
+			vk, err := luks2.UnwrapVolumeKey(head[c.Area:c.Area+luks2.KeyslotAreaSize], key, sp)
+			if errors.Is(err, luks2.ErrWrongKey) {
 				continue
 			}
 			if err != nil {
@@ -232,34 +211,34 @@ type rewrapWrite struct {
 // opened): the volume key under the current key with a new salt into the
 // other area, both copies with seqid + 1 and the current generation, and
 // base's area zeroed.
-func buildRewrap(head []byte, base headerCopy, vk []byte, keys Keys) (*rewrapWrite, error) {
-	sp, err := slotParamsOf(base.json)
+func buildRewrap(head []byte, base luks2.Copy, vk []byte, keys Keys) (*rewrapWrite, error) {
+	sp, err := luks2.SlotParamsOf(base.JSON)
 	if err != nil {
 		return nil, err
 	}
-	salt := make([]byte, saltBytes)
+	salt := make([]byte, luks2.SaltBytes)
 	rand.Read(salt)
-	target := otherArea(base.area)
-	js, err := withSlot(base.json, sp, target, salt)
+	target := luks2.OtherArea(base.Area)
+	js, err := luks2.WithSlot(base.JSON, sp, target, salt)
 	if err != nil {
 		return nil, err
 	}
-	w := &rewrapWrite{keyslotAt: target, oldArea: base.area, from: base.generation, to: keys.Generation}
-	if w.keyslot, err = wrapVolumeKey(vk, keys.Current, salt); err != nil {
+	w := &rewrapWrite{keyslotAt: target, oldArea: base.Area, from: base.Generation, to: keys.Generation}
+	if w.keyslot, err = luks2.WrapVolumeKey(vk, keys.Current, salt); err != nil {
 		return nil, err
 	}
-	seq := base.seqID + 1
-	w.primary = buildCopy(head[:hdrSize], seq, keys.Generation, js)
-	w.second = buildCopy(head[secondaryOffset:secondaryOffset+hdrSize], seq, keys.Generation, js)
+	seq := base.SeqID + 1
+	w.primary = luks2.EncodeCopy(head[:luks2.HeaderSize], seq, keys.Generation, js)
+	w.second = luks2.EncodeCopy(head[luks2.SecondaryOffset:luks2.SecondaryOffset+luks2.HeaderSize], seq, keys.Generation, js)
 	return w, w.check(head, keys.Current)
 }
 
 // buildFinish completes a transitional header whose primary copy opens:
 // the secondary becomes the primary's twin and the older area is zeroed.
-func buildFinish(head []byte, primary headerCopy, key []byte) (*rewrapWrite, error) {
-	w := &rewrapWrite{finishing: true, oldArea: otherArea(primary.area), from: primary.generation, to: primary.generation}
-	w.primary = bytes.Clone(head[:hdrSize])
-	w.second = buildCopy(head[secondaryOffset:secondaryOffset+hdrSize], primary.seqID, primary.generation, primary.json)
+func buildFinish(head []byte, primary luks2.Copy, key []byte) (*rewrapWrite, error) {
+	w := &rewrapWrite{finishing: true, oldArea: luks2.OtherArea(primary.Area), from: primary.Generation, to: primary.Generation}
+	w.primary = bytes.Clone(head[:luks2.HeaderSize])
+	w.second = luks2.EncodeCopy(head[luks2.SecondaryOffset:luks2.SecondaryOffset+luks2.HeaderSize], primary.SeqID, primary.Generation, primary.JSON)
 	return w, w.check(head, key)
 }
 
@@ -268,21 +247,21 @@ func buildFinish(head []byte, primary headerCopy, key []byte) (*rewrapWrite, err
 // w.to with keyslot 0 in the area not zeroed, and luks.go must unseal it
 // with key.
 func (w *rewrapWrite) check(head []byte, key []byte) error {
-	w.head = bytes.Clone(head[:headAndKeyslot])
+	w.head = bytes.Clone(head[:luks2.HeadAndKeyslot])
 	if w.keyslot != nil {
 		copy(w.head[w.keyslotAt:], w.keyslot)
 	}
 	copy(w.head[0:], w.primary)
-	copy(w.head[secondaryOffset:], w.second)
-	clear(w.head[w.oldArea : w.oldArea+keyslotAreaSize])
-	h, err := validateHeader(w.head, "")
+	copy(w.head[luks2.SecondaryOffset:], w.second)
+	clear(w.head[w.oldArea : w.oldArea+luks2.KeyslotAreaSize])
+	h, err := luks2.Validate(w.head, "")
 	if err != nil {
 		return fmt.Errorf("the rewrapped header does not validate: %w", err)
 	}
-	if h.prior != nil || h.generation != w.to || h.area != otherArea(w.oldArea) {
-		return fmt.Errorf("the rewrapped header names generation %d, area %d; want %d, %d", h.generation, h.area, w.to, otherArea(w.oldArea))
+	if h.Prior != nil || h.Generation != w.to || h.Area != luks2.OtherArea(w.oldArea) {
+		return fmt.Errorf("the rewrapped header names generation %d, area %d; want %d, %d", h.Generation, h.Area, w.to, luks2.OtherArea(w.oldArea))
 	}
-	if _, err := unsealDetached(w.head, key, "", DataOffset+mib); err != nil {
+	if _, err := unsealDetached(w.head, key, "", luks2.DataOffset+mib); err != nil {
 		return fmt.Errorf("the rewrapped header does not open with its key: %w", err)
 	}
 	return nil
@@ -298,8 +277,8 @@ func (l *LUKS) writeRewrap(d *device, w *rewrapWrite) error {
 	}{
 		{w.keyslot, w.keyslotAt, StepRewrapKeyslotWritten},
 		{w.primary, 0, StepRewrapPrimaryWritten},
-		{w.second, secondaryOffset, StepRewrapSecondaryWritten},
-		{make([]byte, keyslotAreaSize), w.oldArea, StepRewrapOldAreaZeroed},
+		{w.second, luks2.SecondaryOffset, StepRewrapSecondaryWritten},
+		{make([]byte, luks2.KeyslotAreaSize), w.oldArea, StepRewrapOldAreaZeroed},
 	}
 	if w.finishing {
 		steps = steps[2:]
@@ -318,61 +297,20 @@ func (l *LUKS) writeRewrap(d *device, w *rewrapWrite) error {
 	return nil
 }
 
-// buildCopy is one 16 KiB header copy: old's binary header (its magic,
-// offset, label, salt and UUID) with seqid, subsystem and JSON replaced
-// and the checksum recomputed.
-func buildCopy(old []byte, seq uint64, gen uint32, js []byte) []byte {
-	b := make([]byte, hdrSize)
-	copy(b, old[:binHeaderSize])
-	binary.BigEndian.PutUint64(b[offSeqID:], seq)
-	clear(b[offSubsystem : offSubsystem+48])
-	copy(b[offSubsystem:], subsystemName(gen))
-	copy(b[binHeaderSize:], js)
-	clear(b[offCsum : offCsum+64])
-	sum := sha256.Sum256(b)
-	copy(b[offCsum:], sum[:])
-	return b
-}
-
-// setImageGeneration writes generation gen into both header copies of a
-// freshly formatted image (the first boot writes the ticket's
-// generation), with their checksums; generation 0 leaves the image as
-// luksFormat made it.
-func setImageGeneration(head []byte, gen uint32) {
-	if gen == 0 {
-		return
-	}
-	for _, off := range []int{0, secondaryOffset} {
-		c := head[off : off+hdrSize]
-		js, _ := jsonArea(c[binHeaderSize:])
-		copy(c, buildCopy(c, binary.BigEndian.Uint64(c[offSeqID:]), gen, js))
-	}
-}
-
-// OpenKeys is Open with every key of the ticket: a first boot writes
-// keys.Generation into the new header, and a header on another
-// generation is rewrapped to it before the volume is opened.
-func (l *LUKS) OpenKeys(ctx context.Context, plan Plan, keys Keys) (Result, error) {
-	if err := keys.check(); err != nil {
-		return Result{}, err
-	}
-	return l.open(ctx, plan, keys)
-}
-
-// stampGeneration is setImageGeneration on a formatted memory image; it
+// stampGeneration is luks2.StampGeneration on a formatted memory image; it
 // also zeroes area B (luksFormat fills it with random bytes), so on every
 // disk latchkey formats the area keyslot 0 does not use is all zeros
 // except while a rewrap is in flight.
 func stampGeneration(img *os.File, gen uint32) error {
-	head := make([]byte, keyslotsOffset)
+	head := make([]byte, luks2.KeyslotsOffset)
 	if _, err := img.ReadAt(head, 0); err != nil {
 		return fmt.Errorf("read header image: %w", err)
 	}
-	setImageGeneration(head, gen)
+	luks2.StampGeneration(head, gen)
 	if _, err := img.WriteAt(head, 0); err != nil {
 		return fmt.Errorf("write header image: %w", err)
 	}
-	if _, err := img.WriteAt(make([]byte, keyslotAreaSize), areaB); err != nil {
+	if _, err := img.WriteAt(make([]byte, luks2.KeyslotAreaSize), luks2.AreaB); err != nil {
 		return fmt.Errorf("write header image: %w", err)
 	}
 	return nil
@@ -386,19 +324,19 @@ func stampGeneration(img *os.File, gen uint32) error {
 // generations existed (luksFormat's random fill). The area is zeroed
 // (and synced) in each case; it is never referenced by the header, so
 // nothing is lost.
-func (l *LUKS) zeroUnreferenced(d *device, uuid string, head []byte, h *header) error {
-	other := otherArea(h.area)
-	if allZero(head[other : other+keyslotAreaSize]) {
+func (l *LUKS) zeroUnreferenced(d *device, uuid string, head []byte, h *luks2.Header) error {
+	other := luks2.OtherArea(h.Area)
+	if allZero(head[other : other+luks2.KeyslotAreaSize]) {
 		return nil
 	}
-	if err := d.write(make([]byte, keyslotAreaSize), other); err != nil {
+	if err := d.write(make([]byte, luks2.KeyslotAreaSize), other); err != nil {
 		return err
 	}
 	if err := d.sync(); err != nil {
 		return err
 	}
-	clear(head[other : other+keyslotAreaSize])
+	clear(head[other : other+luks2.KeyslotAreaSize])
 	l.cfg.Logger.Info("state disk: zeroed the keyslot area the header does not use", slog.String(logkey.DiskUUID, uuid),
-		slog.Uint64(logkey.KeyGeneration, uint64(h.generation)))
+		slog.Uint64(logkey.KeyGeneration, uint64(h.Generation)))
 	return l.fault(StepRewrapOldAreaZeroed)
 }

@@ -1,6 +1,10 @@
 package disk
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/latchkey/latchkey/agent/disk/luks2"
+)
 
 // BenchmarkRewrapInMemory is the CPU a boot spends on a rewrap before its
 // first write: unlock the keyslot with the old key, AF-split and encrypt
@@ -8,11 +12,11 @@ import "testing"
 // and a luks.go unseal). The writes (four, each synced) are the device's.
 func BenchmarkRewrapInMemory(b *testing.B) {
 	head := headerFixture(b, fixtureUUID, genKey(0))
-	h, err := validateHeader(head, fixtureUUID)
+	h, err := luks2.Validate(head, fixtureUUID)
 	if err != nil {
 		b.Fatal(err)
 	}
-	keys := ticketKeys(1, &h.generation)
+	keys := ticketKeys(1, &h.Generation)
 	b.ReportAllocs()
 	defer reportCPU(b)()
 	for b.Loop() {
@@ -28,7 +32,7 @@ func BenchmarkUnsealLuksGo(b *testing.B) {
 	head := headerFixture(b, fixtureUUID, genKey(0))
 	defer reportCPU(b)()
 	for b.Loop() {
-		if _, err := unsealDetached(head, genKey(0), "", DataOffset+mib); err != nil {
+		if _, err := unsealDetached(head, genKey(0), "", luks2.DataOffset+mib); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"github.com/latchkey/latchkey/internal/execx"
 )
 
@@ -31,7 +32,7 @@ func ticketKeys(current uint32, named *uint32) Keys {
 	return k
 }
 
-// bootKeys runs Prepare and OpenKeys like the agent does, with the keys a
+// bootKeys runs Prepare and Open like the agent does, with the keys a
 // verifier on generation current would send for the plan.
 func (r *testRig) bootKeys(l *LUKS, current uint32) (Plan, Result, error) {
 	ctx := context.Background()
@@ -39,7 +40,7 @@ func (r *testRig) bootKeys(l *LUKS, current uint32) (Plan, Result, error) {
 	if err != nil {
 		return plan, Result{}, err
 	}
-	res, err := l.OpenKeys(ctx, plan, ticketKeys(current, plan.KeyGeneration))
+	res, err := l.Open(ctx, plan, ticketKeys(current, plan.KeyGeneration))
 	return plan, res, err
 }
 
@@ -72,10 +73,10 @@ func checkData(t *testing.T, r *testRig, want []byte) {
 func cryptsetupOpens(t *testing.T, dev string, key []byte) bool {
 	t.Helper()
 	img := filepath.Join(t.TempDir(), "hdr.img")
-	if err := os.WriteFile(img, readDev(t, dev, 0, DataOffset), 0o600); err != nil {
+	if err := os.WriteFile(img, readDev(t, dev, 0, luks2.DataOffset), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(img, DataOffset+mib); err != nil {
+	if err := os.Truncate(img, luks2.DataOffset+mib); err != nil {
 		t.Fatal(err)
 	}
 	_, err := realRunner.Run(context.Background(), execx.Cmd{Name: "cryptsetup",
@@ -101,24 +102,24 @@ func opens(t *testing.T, dev string, yes uint32, no ...uint32) {
 	if !cryptsetupOpens(t, dev, genKey(yes)) {
 		t.Fatalf("cryptsetup does not open the header with generation %d's key", yes)
 	}
-	if _, err := unsealDetached(head, genKey(yes), "", DataOffset+mib); err != nil {
+	if _, err := unsealDetached(head, genKey(yes), "", luks2.DataOffset+mib); err != nil {
 		t.Fatalf("luks.go does not open the header with generation %d's key: %v", yes, err)
 	}
 	for _, o := range no {
 		if cryptsetupOpens(t, dev, genKey(o)) {
 			t.Fatalf("cryptsetup still opens the header with generation %d's key", o)
 		}
-		if _, err := unsealDetached(head, genKey(o), "", DataOffset+mib); err == nil {
+		if _, err := unsealDetached(head, genKey(o), "", luks2.DataOffset+mib); err == nil {
 			t.Fatalf("luks.go still opens the header with generation %d's key", o)
 		}
 	}
 }
 
 // header reads and validates the header on dev.
-func diskHeader(t *testing.T, dev string) (*header, []byte) {
+func diskHeader(t *testing.T, dev string) (*luks2.Header, []byte) {
 	t.Helper()
 	head := readDev(t, dev, 0, blankCheckLength)
-	h, err := validateHeader(head, "")
+	h, err := luks2.Validate(head, "")
 	if err != nil {
 		t.Fatalf("header on the disk: %v", err)
 	}
@@ -131,15 +132,15 @@ func diskHeader(t *testing.T, dev string) (*header, []byte) {
 func checkSettled(t *testing.T, dev string, gen uint32, area int64, old ...uint32) {
 	t.Helper()
 	h, head := diskHeader(t, dev)
-	if h.prior != nil || h.generation != gen || h.area != area {
-		t.Fatalf("header: generation %d, area %d, transitional %v; want %d, %d, settled", h.generation, h.area, h.prior != nil, gen, area)
+	if h.Prior != nil || h.Generation != gen || h.Area != area {
+		t.Fatalf("header: generation %d, area %d, transitional %v; want %d, %d, settled", h.Generation, h.Area, h.Prior != nil, gen, area)
 	}
-	if !allZero(head[otherArea(area) : otherArea(area)+keyslotAreaSize]) {
+	if !allZero(head[luks2.OtherArea(area) : luks2.OtherArea(area)+luks2.KeyslotAreaSize]) {
 		t.Fatal("the old keyslot area still holds key material")
 	}
 	opens(t, dev, gen, old...)
-	if got := cString(head[offSubsystem : offSubsystem+48]); got != subsystemName(gen) {
-		t.Fatalf("subsystem %q, want %q", got, subsystemName(gen))
+	if got := cString(head[luks2.OffSubsystem : luks2.OffSubsystem+48]); got != luks2.SubsystemName(gen) {
+		t.Fatalf("subsystem %q, want %q", got, luks2.SubsystemName(gen))
 	}
 }
 
@@ -150,34 +151,34 @@ func checkSettled(t *testing.T, dev string, gen uint32, area int64, old ...uint3
 func TestRewrapAcrossGenerations(t *testing.T) {
 	r := newRig(t, testDiskSize)
 	_, res := r.mustBoot(r.stage(nil), genKey(0))
-	if res.KeyGeneration != 0 {
-		t.Fatalf("first boot under generation 0: result generation %d", res.KeyGeneration)
+	if resultGeneration(res) != 0 {
+		t.Fatalf("first boot under generation 0: result generation %d", resultGeneration(res))
 	}
 	data := storeData(t, r)
-	checkSettled(t, r.dev, 0, areaA)
+	checkSettled(t, r.dev, 0, luks2.AreaA)
 	h0, _ := diskHeader(t, r.dev)
 	r.kernel.powerOff()
 	for i, want := range []struct {
 		gen  uint32
 		area int64
-	}{{1, areaB}, {2, areaA}} {
+	}{{1, luks2.AreaB}, {2, luks2.AreaA}} {
 		plan, res, err := r.bootKeys(r.stage(nil), want.gen)
 		if err != nil {
 			t.Fatalf("boot under generation %d: %v", want.gen, err)
 		}
-		if plan.KeyGeneration == nil || *plan.KeyGeneration != want.gen-1 || res.KeyGeneration != want.gen || res.Formatted || res.MadeFileSystem {
+		if plan.KeyGeneration == nil || *plan.KeyGeneration != want.gen-1 || resultGeneration(res) != int64(want.gen) || res.Formatted || res.MadeFileSystem {
 			t.Fatalf("boot under generation %d: plan %+v, result %+v", want.gen, plan, res)
 		}
 		checkData(t, r, data)
 		r.kernel.powerOff()
 		checkSettled(t, r.dev, want.gen, want.area, want.gen-1)
 		h, _ := diskHeader(t, r.dev)
-		if h.seqID != h0.seqID+uint64(i+1) {
-			t.Fatalf("seqid %d after %d rewraps of %d", h.seqID, i+1, h0.seqID)
+		if h.SeqID != h0.SeqID+uint64(i+1) {
+			t.Fatalf("seqid %d after %d rewraps of %d", h.SeqID, i+1, h0.SeqID)
 		}
-		sp, _ := slotParamsOf(h.json)
-		sp0, _ := slotParamsOf(h0.json)
-		if bytes.Equal(sp.kdfSalt, sp0.kdfSalt) || !bytes.Equal(sp.digest, sp0.digest) {
+		sp, _ := luks2.SlotParamsOf(h.JSON)
+		sp0, _ := luks2.SlotParamsOf(h0.JSON)
+		if bytes.Equal(sp.KDFSalt, sp0.KDFSalt) || !bytes.Equal(sp.Digest, sp0.Digest) {
 			t.Fatal("rewrap kept the KDF salt or changed the digest")
 		}
 		if !bytes.Contains(r.logs.Bytes(), []byte(`"msg":"state disk: keyslot rewrapped"`)) ||
@@ -187,12 +188,12 @@ func TestRewrapAcrossGenerations(t *testing.T) {
 	}
 	// An ordinary reboot on the current generation writes nothing to
 	// the header area (the mount itself updates the file system).
-	headBefore := readDev(t, r.dev, 0, DataOffset)
+	headBefore := readDev(t, r.dev, 0, luks2.DataOffset)
 	if _, _, err := r.bootKeys(r.stage(nil), 2); err != nil {
 		t.Fatal(err)
 	}
 	r.kernel.powerOff()
-	if !bytes.Equal(readDev(t, r.dev, 0, DataOffset), headBefore) {
+	if !bytes.Equal(readDev(t, r.dev, 0, luks2.DataOffset), headBefore) {
 		t.Fatal("a boot on the current generation changed the header area")
 	}
 	before := checksum(t, r.dev)
@@ -200,7 +201,7 @@ func TestRewrapAcrossGenerations(t *testing.T) {
 	// generation 2's secret (another key under the same number) is
 	// refused before anything is written.
 	wrong := Keys{Current: genKey(9), Generation: 3, Previous: genKey(8), PreviousGeneration: 2}
-	if _, err := r.stage(nil).OpenKeys(context.Background(), Plan{UUID: h0.uuid, Rejoin: true}, wrong); err == nil ||
+	if _, err := r.stage(nil).Open(context.Background(), Plan{UUID: h0.UUID, Rejoin: true}, wrong); err == nil ||
 		!bytes.Contains([]byte(err.Error()), []byte("the header is keyed under master-secret generation [2] and the ticket's keys (generation 3 and 2) do not open it")) {
 		t.Fatalf("wrong keys: %v", err)
 	}
@@ -216,11 +217,11 @@ func TestFirstBootWritesCurrentGeneration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plan.KeyGeneration != nil || res.KeyGeneration != 5 || !res.Formatted {
+	if plan.KeyGeneration != nil || resultGeneration(res) != 5 || !res.Formatted {
 		t.Fatalf("plan %+v, result %+v", plan, res)
 	}
 	r.kernel.powerOff()
-	checkSettled(t, r.dev, 5, areaA, 0)
+	checkSettled(t, r.dev, 5, luks2.AreaA, 0)
 	plan, err = r.stage(nil).Prepare(context.Background())
 	if err != nil || plan.KeyGeneration == nil || *plan.KeyGeneration != 5 {
 		t.Fatalf("Prepare after the first boot: %+v %v", plan, err)
@@ -262,7 +263,7 @@ func TestRewrapChildProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = l.OpenKeys(context.Background(), plan, ticketKeys(uint32(gen), plan.KeyGeneration))
+	_, err = l.Open(context.Background(), plan, ticketKeys(uint32(gen), plan.KeyGeneration))
 	fmt.Printf("REWRAP-CHILD-ENDED %v\n", err) // reached only if the kill did not happen
 }
 
@@ -307,21 +308,21 @@ func TestRewrapKilledAtEveryStep(t *testing.T) {
 			}
 			switch step {
 			case StepRewrapKeyslotWritten: // the old header; the new keyslot sits unreferenced in area B
-				if h.seqID != before.seqID || h.generation != 0 || h.prior != nil || allZero(head[areaB:areaB+keyslotAreaSize]) {
+				if h.SeqID != before.SeqID || h.Generation != 0 || h.Prior != nil || allZero(head[luks2.AreaB:luks2.AreaB+luks2.KeyslotAreaSize]) {
 					t.Fatalf("header after %s: %+v", step, h)
 				}
 				opens(t, r.dev, 0, 1) // the old key opens the old header, the new one not
 			case StepRewrapPrimaryWritten: // the transitional state
-				if h.prior == nil || h.generation != 1 || h.prior.generation != 0 || h.seqID != before.seqID+1 || h.area != areaB || h.prior.area != areaA {
+				if h.Prior == nil || h.Generation != 1 || h.Prior.Generation != 0 || h.SeqID != before.SeqID+1 || h.Area != luks2.AreaB || h.Prior.Area != luks2.AreaA {
 					t.Fatalf("header after %s: %+v, want the transitional state", step, h)
 				}
 			case StepRewrapSecondaryWritten: // the new header; the old keyslot still in area A
-				if h.prior != nil || h.generation != 1 || allZero(head[areaA:areaA+keyslotAreaSize]) {
+				if h.Prior != nil || h.Generation != 1 || allZero(head[luks2.AreaA:luks2.AreaA+luks2.KeyslotAreaSize]) {
 					t.Fatalf("header after %s: %+v", step, h)
 				}
 				opens(t, r.dev, 1, 0) // the new key opens the new header, the old one not
 			case StepRewrapOldAreaZeroed:
-				checkSettled(t, r.dev, 1, areaB, 0)
+				checkSettled(t, r.dev, 1, luks2.AreaB, 0)
 			}
 			wantNamed := uint32(0)
 			if step == StepRewrapSecondaryWritten || step == StepRewrapOldAreaZeroed {
@@ -335,12 +336,12 @@ func TestRewrapKilledAtEveryStep(t *testing.T) {
 			if err != nil {
 				t.Fatalf("boot after the kill at %s: %v", step, err)
 			}
-			if res.KeyGeneration != 1 || res.Formatted || res.MadeFileSystem {
+			if resultGeneration(res) != 1 || res.Formatted || res.MadeFileSystem {
 				t.Fatalf("result %+v", res)
 			}
 			checkData(t, r, data)
 			r.kernel.powerOff()
-			checkSettled(t, r.dev, 1, areaB, 0)
+			checkSettled(t, r.dev, 1, luks2.AreaB, 0)
 		})
 	}
 }
@@ -357,13 +358,13 @@ func TestRewrapFromTransitionalToANewerGeneration(t *testing.T) {
 	r.kernel.powerOff()
 	killedRewrap(t, r.dev, StepRewrapPrimaryWritten, 1)
 	_, res, err := r.bootKeys(r.stage(nil), 2)
-	if err != nil || res.KeyGeneration != 2 {
+	if err != nil || resultGeneration(res) != 2 {
 		t.Fatalf("boot under generation 2: %+v %v", res, err)
 	}
 	checkData(t, r, data)
 	r.kernel.powerOff()
 	// Rewrapped from the secondary copy (area A) into area B.
-	checkSettled(t, r.dev, 2, areaB, 0, 1)
+	checkSettled(t, r.dev, 2, luks2.AreaB, 0, 1)
 }
 
 // An agent from before generations, booting after the rotation,
@@ -376,16 +377,16 @@ func TestRewrapHeaderThatNamesTheWrongGeneration(t *testing.T) {
 	r.mustBoot(r.stage(nil), genKey(1)) // Open(key): generation 0 in the header
 	data := storeData(t, r)
 	r.kernel.powerOff()
-	if h, _ := diskHeader(t, r.dev); h.generation != 0 {
-		t.Fatalf("the old agent's header names generation %d", h.generation)
+	if h, _ := diskHeader(t, r.dev); h.Generation != 0 {
+		t.Fatalf("the old agent's header names generation %d", h.Generation)
 	}
 	plan, res, err := r.bootKeys(r.stage(nil), 1)
-	if err != nil || *plan.KeyGeneration != 0 || res.KeyGeneration != 1 {
+	if err != nil || *plan.KeyGeneration != 0 || resultGeneration(res) != 1 {
 		t.Fatalf("boot: plan %+v, result %+v, %v", plan, res, err)
 	}
 	checkData(t, r, data)
 	r.kernel.powerOff()
-	checkSettled(t, r.dev, 1, areaB, 0)
+	checkSettled(t, r.dev, 1, luks2.AreaB, 0)
 }
 
 // A rewrap killed after its primary write, and the boot that finishes it
@@ -401,16 +402,25 @@ func TestRewrapFinishKilled(t *testing.T) {
 			r.kernel.powerOff()
 			killedRewrap(t, r.dev, StepRewrapPrimaryWritten, 1)
 			killedRewrap(t, r.dev, step, 1)
-			if h, _ := diskHeader(t, r.dev); h.prior != nil || h.generation != 1 {
-				t.Fatalf("after the finishing boot was killed at %s: generation %d, transitional %v", step, h.generation, h.prior != nil)
+			if h, _ := diskHeader(t, r.dev); h.Prior != nil || h.Generation != 1 {
+				t.Fatalf("after the finishing boot was killed at %s: generation %d, transitional %v", step, h.Generation, h.Prior != nil)
 			}
 			_, res, err := r.bootKeys(r.stage(nil), 1)
-			if err != nil || res.KeyGeneration != 1 {
+			if err != nil || resultGeneration(res) != 1 {
 				t.Fatalf("boot: %+v %v", res, err)
 			}
 			checkData(t, r, data)
 			r.kernel.powerOff()
-			checkSettled(t, r.dev, 1, areaB, 0)
+			checkSettled(t, r.dev, 1, luks2.AreaB, 0)
 		})
 	}
+}
+
+// resultGeneration is the generation Open reports, -1 when it reports
+// none (the LUKS stage always reports one).
+func resultGeneration(r Result) int64 {
+	if r.KeyGeneration == nil {
+		return -1
+	}
+	return int64(*r.KeyGeneration)
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,7 +39,7 @@ import (
 
 const (
 	candidateStride = mib
-	headScanLength  = DataOffset // everything the header install writes
+	headScanLength  = luks2.DataOffset // everything the header install writes
 	tailScanLength  = 4 * mib
 	scanWorkers     = 16
 	probeHeadLength = 8192 // per-candidate read at +0: sample, +0 table, +4 KiB table
@@ -120,7 +121,7 @@ type scanner struct {
 }
 
 // scanDevice runs the blank-device check on d from byte from on (0, or
-// DataOffset to check everything but latchkey's own header area). It
+// luks2.DataOffset to check everything but latchkey's own header area). It
 // never writes.
 //
 // The order of the reads matters on loop devices over a sparse file: a
@@ -395,7 +396,7 @@ func mdAt(off int64) func(v view) bool {
 func luksAt(version uint16) func(v view) bool {
 	return func(v view) bool {
 		b := v(0, 8)
-		return b != nil && string(b[:6]) == string(primaryMagic) && binary.BigEndian.Uint16(b[6:]) == version
+		return b != nil && string(b[:6]) == string(luks2.PrimaryMagic) && binary.BigEndian.Uint16(b[6:]) == version
 	}
 }
 

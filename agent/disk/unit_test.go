@@ -2,7 +2,6 @@ package disk
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -11,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 	"github.com/latchkey/latchkey/internal/execx"
 	"github.com/latchkey/latchkey/internal/execx/execxtest"
 )
 
 // headerFixture formats an image file with latchkey's exact luksFormat
-// command (no root needed) and returns its first headAndKeyslot bytes.
+// command (no root needed) and returns its first luks2.HeadAndKeyslot bytes.
 func headerFixture(t testing.TB, uuid string, key []byte) []byte {
 	t.Helper()
 	img := filepath.Join(t.TempDir(), "hdr.img")
@@ -26,7 +26,7 @@ func headerFixture(t testing.TB, uuid string, key []byte) []byte {
 	if err := os.Truncate(img, imageSize); err != nil {
 		t.Fatal(err)
 	}
-	res, err := realRunner.Run(context.Background(), execx.Cmd{Name: "cryptsetup", Args: formatArgs(uuid, img), Stdin: strings.NewReader(string(key))})
+	res, err := realRunner.Run(context.Background(), execx.Cmd{Name: "cryptsetup", Args: luks2.FormatArgs(uuid, img), Stdin: strings.NewReader(string(key))})
 	if errors.Is(err, os.ErrNotExist) || strings.Contains(errString(err), "not found") {
 		t.Skip("needs cryptsetup (apt-get install cryptsetup-bin)")
 	}
@@ -37,7 +37,7 @@ func headerFixture(t testing.TB, uuid string, key []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b[:headAndKeyslot]
+	return b[:luks2.HeadAndKeyslot]
 }
 
 func errString(err error) string {
@@ -51,66 +51,18 @@ const fixtureUUID = "2b1e0c38-6a55-4d7e-9a1d-1e7a0f1c2b3d"
 
 func TestValidateHeaderAcceptsOwnFormat(t *testing.T) {
 	head := headerFixture(t, fixtureUUID, testKey(1))
-	h, err := validateHeader(head, fixtureUUID)
+	h, err := luks2.Validate(head, fixtureUUID)
 	if err != nil {
-		t.Fatalf("validateHeader: %v", err)
+		t.Fatalf("luks2.Validate: %v", err)
 	}
-	if h.uuid != fixtureUUID {
-		t.Fatalf("uuid = %s", h.uuid)
+	if h.UUID != fixtureUUID {
+		t.Fatalf("uuid = %s", h.UUID)
 	}
-	if _, err := validateHeader(head, "00000000-0000-4000-8000-000000000000"); !errors.Is(err, ErrHeaderRejected) {
+	if _, err := luks2.Validate(head, "00000000-0000-4000-8000-000000000000"); !errors.Is(err, ErrHeaderRejected) {
 		t.Fatalf("other UUID: %v, want ErrHeaderRejected", err)
 	}
-	if _, err := unsealDetached(head, testKey(1), "", DataOffset+mib); err != nil {
+	if _, err := unsealDetached(head, testKey(1), "", luks2.DataOffset+mib); err != nil {
 		t.Fatalf("unseal from the detached copy: %v", err)
-	}
-}
-
-func TestStrictJSON(t *testing.T) {
-	cases := map[string]string{
-		`{"a":1,"a":2}`:               `duplicate key "a"`,
-		`{"a":{"b":1,"b":1}}`:         `duplicate key "b"`,
-		`{"a":1} {"b":2}`:             "trailing data",
-		`{"a":[[[[[[[[[[1]]]]]]]]]]}`: "nested too deeply",
-		`{"a":`:                       "EOF",
-	}
-	for in, want := range cases {
-		if _, err := parseStrictJSON([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("parseStrictJSON(%s) = %v, want %q", in, err, want)
-		}
-	}
-	v, err := parseStrictJSON([]byte(`{"a":["x",2,true,null],"A":{}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m := v.(map[string]any); len(m) != 2 { // case-sensitive: "a" and "A" are two keys
-		t.Fatalf("tree = %v", v)
-	}
-}
-
-func TestCompareTreeNamesTheDifference(t *testing.T) {
-	want := obj{"s": obj{"0": obj{"enc": "aes", "n": json.Number("4096"), "salt": base64Of(4)}}, "l": arr{"0"}}
-	cases := []struct{ in, msg string }{
-		{`{"s":{"0":{"enc":"aes","n":4096,"salt":"AAAAAA=="}},"l":["0"]}`, ""},
-		{`{"s":{"0":{"enc":"null","n":4096,"salt":"AAAAAA=="}},"l":["0"]}`, `s.0.enc is "null", want "aes"`},
-		{`{"s":{"0":{"enc":"aes","n":"4096","salt":"AAAAAA=="}},"l":["0"]}`, `s.0.n is "4096", want number 4096`},
-		{`{"s":{"0":{"enc":"aes","n":4096,"salt":"AAAA"}},"l":["0"]}`, `s.0.salt is not base64 of 4 bytes`},
-		{`{"s":{"0":{"enc":"aes","n":4096,"salt":"AAAAAA=="},"1":{}},"l":["0"]}`, `s has unexpected "1"`},
-		{`{"s":{"0":{"enc":"aes","n":4096,"salt":"AAAAAA=="}},"l":["0","1"]}`, `l is a list of 2, want a list of 1`},
-		{`{"s":{"0":{"enc":"aes","n":4096}},"l":["0"]}`, `s.0 lacks "salt"`},
-	}
-	for _, c := range cases {
-		tree, err := parseStrictJSON([]byte(c.in))
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = compareTree("", want, tree, true)
-		if err == nil {
-			err = compareTree("", want, tree, false)
-		}
-		if errString(err) != c.msg {
-			t.Errorf("%s: %v, want %q", c.in, err, c.msg)
-		}
 	}
 }
 
@@ -228,26 +180,26 @@ func TestRecordRoundTrip(t *testing.T) {
 	if rec, err := readRecord(d, fixtureUUID); rec != nil || err != nil {
 		t.Fatalf("blank gap: %+v, %v", rec, err)
 	}
-	rec, err := writeRecord(d, nil, stateRecord{UUID: fixtureUUID, State: recordMkfs, FSType: "ext4"})
+	rec, err := writeRecord(d, nil, luks2.Record{UUID: fixtureUUID, State: luks2.RecordMkfs, FSType: "ext4"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := writeRecord(d, rec, stateRecord{UUID: fixtureUUID, State: recordReady, FSType: "ext4"}); err != nil {
+	if _, err := writeRecord(d, rec, luks2.Record{UUID: fixtureUUID, State: luks2.RecordReady, FSType: "ext4"}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := readRecord(d, fixtureUUID)
-	if err != nil || got.State != recordReady || got.Seq != 1 {
+	if err != nil || got.State != luks2.RecordReady || got.Seq != 1 {
 		t.Fatalf("after two writes: %+v, %v", got, err)
 	}
 	// A torn newer slot leaves the older one.
-	writeDev(t, r.dev, recordOffset+recordSlotSize+100, []byte("torn"))
-	if got, err := readRecord(d, fixtureUUID); err != nil || got.State != recordMkfs {
+	writeDev(t, r.dev, luks2.RecordOffset+luks2.RecordSlotSize+100, []byte("torn"))
+	if got, err := readRecord(d, fixtureUUID); err != nil || got.State != luks2.RecordMkfs {
 		t.Fatalf("torn slot: %+v, %v, want the older mkfs record", got, err)
 	}
 	if _, err := readRecord(d, "00000000-0000-4000-8000-000000000000"); !errors.Is(err, ErrVolumeContent) {
 		t.Fatalf("record of another disk: %v", err)
 	}
-	writeDev(t, r.dev, recordOffset+100, []byte("torn"))
+	writeDev(t, r.dev, luks2.RecordOffset+100, []byte("torn"))
 	if _, err := readRecord(d, fixtureUUID); !errors.Is(err, ErrVolumeContent) {
 		t.Fatalf("both slots torn: %v, want ErrVolumeContent", err)
 	}
@@ -268,10 +220,10 @@ func TestKeyOnlyStillWorks(t *testing.T) {
 	if p, err := k.Prepare(context.Background()); err != nil || p.UUID != fixtureUUID {
 		t.Fatalf("Prepare = %+v, %v", p, err)
 	}
-	if _, err := k.Open(context.Background(), Plan{}, make([]byte, 16)); err == nil {
+	if _, err := k.Open(context.Background(), Plan{}, Keys{Current: make([]byte, 16)}); err == nil {
 		t.Fatal("short key accepted")
 	}
-	if _, err := (&LUKS{}).Open(context.Background(), Plan{UUID: fixtureUUID}, make([]byte, 16)); err == nil {
+	if _, err := (&LUKS{}).Open(context.Background(), Plan{UUID: fixtureUUID}, Keys{Current: make([]byte, 16)}); err == nil {
 		t.Fatal("LUKS stage accepted a short key")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/anatol/luks.go"
+	"github.com/latchkey/latchkey/agent/disk/luks2"
 )
 
 // Unsealing works on a detached copy of the header. luks.go reads the
@@ -22,16 +23,16 @@ import (
 // kernel uses is read from the disk a second time.
 
 // unsealDetached unseals the volume key of the validated header in head
-// (at least headAndKeyslot bytes) with key. backing ("major:minor") and
+// (at least luks2.HeadAndKeyslot bytes) with key. backing ("major:minor") and
 // devSize describe the real device; backing may be empty for a check that
 // maps nothing.
 func unsealDetached(head []byte, key []byte, backing string, devSize int64) (*luks.Volume, error) {
-	mem, err := memFile("latchkey-luks-header", DataOffset)
+	mem, err := memFile("latchkey-luks-header", luks2.DataOffset)
 	if err != nil {
 		return nil, err
 	}
 	defer mem.Close()
-	if _, err := mem.WriteAt(head[:headAndKeyslot], 0); err != nil {
+	if _, err := mem.WriteAt(head[:luks2.HeadAndKeyslot], 0); err != nil {
 		return nil, fmt.Errorf("detached header copy: %w", err)
 	}
 	dev, err := luks.Open(procSelfFD(mem))
@@ -56,10 +57,10 @@ func unsealDetached(head []byte, key []byte, backing string, devSize int64) (*lu
 // the same segment the validator accepted.
 func pinVolume(vol *luks.Volume, backing string, devSize int64) (*luks.Volume, error) {
 	vol.BackingDevice = backing
-	vol.StorageSize = uint64(devSize - DataOffset)
+	vol.StorageSize = uint64(devSize - luks2.DataOffset)
 	switch {
-	case vol.StorageEncryption != luksCipher, vol.StorageSectorSize != sectorSize,
-		vol.StorageOffset != DataOffset, vol.StorageIvTweak != 0, len(vol.Flags) != 0:
+	case vol.StorageEncryption != luks2.Cipher, vol.StorageSectorSize != luks2.SectorSize,
+		vol.StorageOffset != luks2.DataOffset, vol.StorageIvTweak != 0, len(vol.Flags) != 0:
 		return nil, fmt.Errorf("%w: luks.go volume %s/%d/%d/%d/%v differs from the validated header",
 			ErrHeaderRejected, vol.StorageEncryption, vol.StorageSectorSize, vol.StorageOffset, vol.StorageIvTweak, vol.Flags)
 	}

@@ -1,25 +1,53 @@
 package join
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/latchkey/latchkey/internal/execx/execxtest"
 )
 
+// logSignal is a log sink that closes seen at the first line holding msg:
+// a test waits on what the code under test says it is doing.
+type logSignal struct {
+	msg  string
+	once sync.Once
+	seen chan struct{}
+}
+
+func (w *logSignal) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(w.msg)) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
 // TestJoinWaitsForTheRuntime: kubeadm runs only once the CRI socket
-// listens (the runtime comes up after the agent's READY).
+// listens (the runtime comes up after the agent's READY). The socket
+// comes up once the join says it is waiting, so the wait is exercised.
 func TestJoinWaitsForTheRuntime(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "cri.sock")
 	f := &execxtest.Fake{Rules: []execxtest.Rule{{Match: "kubeadm join"}}}
-	j := newJoiner(t, f, func(c *Config) { c.CRISocket = "unix://" + sock; c.CRIWait = 20 * time.Second })
+	waiting := &logSignal{msg: "waiting for the container runtime", seen: make(chan struct{})}
+	j := newJoiner(t, f, func(c *Config) {
+		c.CRISocket, c.CRIWait = "unix://"+sock, 20*time.Second
+		c.Logger = slog.New(slog.NewTextHandler(waiting, nil))
+	})
 	listening := make(chan time.Time, 1)
 	go func() {
-		time.Sleep(300 * time.Millisecond)
+		select {
+		case <-waiting.seen:
+		case <-time.After(20 * time.Second):
+			t.Error("the join never said it waits for the runtime")
+			return
+		}
 		l, err := net.Listen("unix", sock)
 		if err != nil {
 			t.Error(err)

@@ -126,6 +126,7 @@ func (a *Approver) Run(ctx context.Context) error {
 	inf := f.Certificates().V1().CertificateSigningRequests().Informer()
 	f.Start(ctx.Done())
 	defer f.Shutdown()
+	go logSynced(ctx, a.log, inf.HasSynced)
 	err := runQueued(ctx, inf, a.cfg.Workers, func(ctx context.Context, obj any) {
 		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {
 			a.Handle(ctx, csr)

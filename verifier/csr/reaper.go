@@ -111,6 +111,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 	}
 	f.Start(ctx.Done())
 	defer f.Shutdown()
+	go logSynced(ctx, r.log, csrs.HasSynced, nodes.HasSynced)
 	// CSRs are only noted (in memory, in the callback); a Node may cost a
 	// token deletion, so Nodes go to workers.
 	return runQueued(ctx, nodes, r.cfg.Workers, func(ctx context.Context, obj any) {

@@ -2,6 +2,7 @@ package csr
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 
 	"k8s.io/client-go/tools/cache"
@@ -61,3 +62,16 @@ func runQueued(ctx context.Context, inf cache.SharedIndexInformer, n int, handle
 	wg.Wait()
 	return nil
 }
+
+// logSynced logs "informers synced" once every informer has listed, and
+// nothing when ctx ends first. Until then the controller decides nothing
+// from its cache; the line tells an operator (and the boot-storm
+// benchmark, which starts its storm on it) that this replica now does.
+func logSynced(ctx context.Context, log *slog.Logger, synced ...cache.InformerSynced) {
+	if cache.WaitForCacheSync(ctx.Done(), synced...) {
+		log.Info(msgInformersSynced)
+	}
+}
+
+// msgInformersSynced is logSynced's message.
+const msgInformersSynced = "informers synced"

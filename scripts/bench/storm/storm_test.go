@@ -330,20 +330,26 @@ func startVerifier(b *testing.B, dir, cfgPath, addr string) *verifierProc {
 			v.cmd.Wait()
 		}
 	})
+	// The storm starts once the verifier listens and its approver and
+	// reaper say their informers have listed ("informers synced", one
+	// line each), so the first CSRs do not wait on a resync.
 	for t0 := time.Now(); ; time.Sleep(100 * time.Millisecond) {
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
+		if listens(addr) && v.countLog(b, "informers synced") >= 2 {
 			break
 		}
 		if time.Since(t0) > 30*time.Second {
-			b.Fatalf("the verifier does not listen on %s:\n%s", addr, v.logTail(20))
+			b.Fatalf("the verifier does not listen on %s with its informers synced:\n%s", addr, v.logTail(20))
 		}
 	}
-	// Its approver and reaper start their informers with the server; a
-	// moment for their first list keeps the storm's first CSRs from
-	// waiting on a resync.
-	time.Sleep(2 * time.Second)
 	return v
+}
+
+func listens(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err == nil {
+		c.Close()
+	}
+	return err == nil
 }
 
 func (v *verifierProc) cpu(b *testing.B) time.Duration {

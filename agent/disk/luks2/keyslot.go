@@ -1,4 +1,4 @@
-package disk
+package luks2
 
 import (
 	"bytes"
@@ -16,9 +16,9 @@ import (
 	"golang.org/x/crypto/xts"
 )
 
-// LUKS2 keyslot cryptography for the rewrap (rewrap.go), limited to the
+// LUKS2 keyslot cryptography for the rewrap (agent/disk's rewrap.go), limited to the
 // one keyslot shape the validator accepts: pbkdf2-sha256 at
-// kdfIterations, luks1 anti-forensic split with sha256 over afStripes
+// KDFIterations, luks1 anti-forensic split with sha256 over AFStripes
 // stripes, area encrypted with aes-xts-plain64 in 512-byte sectors whose
 // IV is the sector number within the area. luks.go cannot hand out a
 // volume key (it keeps it unexported), and the rewrap must re-encrypt it
@@ -28,29 +28,29 @@ import (
 
 const (
 	keyslotSector   = 512
-	afMaterialBytes = volumeKeyBytes * afStripes // 256000, a multiple of 512
+	afMaterialBytes = VolumeKeyBytes * AFStripes // 256000, a multiple of 512
 )
 
-// errWrongKey: the passphrase does not unseal the keyslot (the digest
+// ErrWrongKey: the passphrase does not unseal the keyslot (the digest
 // does not match).
-var errWrongKey = errors.New("the key does not open this keyslot")
+var ErrWrongKey = errors.New("the key does not open this keyslot")
 
-// slotParams are the per-header values of keyslot 0 and digest 0.
-type slotParams struct {
-	areaOffset int64
-	kdfSalt    []byte
-	digestSalt []byte
-	digest     []byte
+// SlotParams are the per-header values of keyslot 0 and digest 0.
+type SlotParams struct {
+	AreaOffset int64
+	KDFSalt    []byte
+	DigestSalt []byte
+	Digest     []byte
 }
 
-// unwrapVolumeKey derives the area key from passphrase, decrypts the
+// UnwrapVolumeKey derives the area key from passphrase, decrypts the
 // keyslot area, merges the stripes and checks the result against the
 // digest. The caller clears the returned key.
-func unwrapVolumeKey(area []byte, passphrase []byte, p slotParams) ([]byte, error) {
+func UnwrapVolumeKey(area []byte, passphrase []byte, p SlotParams) ([]byte, error) {
 	if len(area) < afMaterialBytes {
 		return nil, fmt.Errorf("keyslot area is %d bytes, want %d", len(area), afMaterialBytes)
 	}
-	c, err := areaCipher(passphrase, p.kdfSalt)
+	c, err := areaCipher(passphrase, p.KDFSalt)
 	if err != nil {
 		return nil, err
 	}
@@ -63,23 +63,23 @@ func unwrapVolumeKey(area []byte, passphrase []byte, p slotParams) ([]byte, erro
 	vk := afMerge(material)
 	if !digestMatches(vk, p) {
 		clear(vk)
-		return nil, errWrongKey
+		return nil, ErrWrongKey
 	}
 	return vk, nil
 }
 
-// wrapVolumeKey is the inverse: a full keyslot area (keyslotAreaSize
-// bytes) holding vk split over afStripes random stripes and encrypted
+// WrapVolumeKey is the inverse: a full keyslot area (KeyslotAreaSize
+// bytes) holding vk split over AFStripes random stripes and encrypted
 // under passphrase with salt. The bytes past the key material are random,
 // as cryptsetup leaves them.
-func wrapVolumeKey(vk, passphrase, salt []byte) ([]byte, error) {
+func WrapVolumeKey(vk, passphrase, salt []byte) ([]byte, error) {
 	c, err := areaCipher(passphrase, salt)
 	if err != nil {
 		return nil, err
 	}
 	material := afSplit(vk)
 	defer clear(material)
-	area := make([]byte, keyslotAreaSize)
+	area := make([]byte, KeyslotAreaSize)
 	rand.Read(area[afMaterialBytes:])
 	for i := 0; i < afMaterialBytes/keyslotSector; i++ {
 		off := i * keyslotSector
@@ -89,7 +89,7 @@ func wrapVolumeKey(vk, passphrase, salt []byte) ([]byte, error) {
 }
 
 func areaCipher(passphrase, salt []byte) (*xts.Cipher, error) {
-	k := pbkdf2.Key(passphrase, salt, kdfIterations, volumeKeyBytes, sha256.New)
+	k := pbkdf2.Key(passphrase, salt, KDFIterations, VolumeKeyBytes, sha256.New)
 	defer clear(k)
 	c, err := xts.NewCipher(aes.NewCipher, k)
 	if err != nil {
@@ -98,26 +98,26 @@ func areaCipher(passphrase, salt []byte) (*xts.Cipher, error) {
 	return c, nil
 }
 
-func digestMatches(vk []byte, p slotParams) bool {
-	d := pbkdf2.Key(vk, p.digestSalt, kdfIterations, len(p.digest), sha256.New)
+func digestMatches(vk []byte, p SlotParams) bool {
+	d := pbkdf2.Key(vk, p.DigestSalt, KDFIterations, len(p.Digest), sha256.New)
 	defer clear(d)
-	return len(p.digest) > 0 && subtle.ConstantTimeCompare(d, p.digest) == 1
+	return len(p.Digest) > 0 && subtle.ConstantTimeCompare(d, p.Digest) == 1
 }
 
-// afSplit is LUKS's anti-forensic split with sha256: afStripes-1 random
+// afSplit is LUKS's anti-forensic split with sha256: AFStripes-1 random
 // stripes, the last one the key XOR the diffused fold of the others.
 func afSplit(vk []byte) []byte {
 	out := make([]byte, afMaterialBytes)
 	n := len(vk)
-	rand.Read(out[:n*(afStripes-1)])
+	rand.Read(out[:n*(AFStripes-1)])
 	buf := make([]byte, n)
 	defer clear(buf)
 	h := sha256.New()
-	for i := 0; i < afStripes-1; i++ {
+	for i := 0; i < AFStripes-1; i++ {
 		xorInto(buf, out[i*n:(i+1)*n])
 		diffuse(buf, h)
 	}
-	last := out[(afStripes-1)*n:]
+	last := out[(AFStripes-1)*n:]
 	for i := range last {
 		last[i] = vk[i] ^ buf[i]
 	}
@@ -126,14 +126,14 @@ func afSplit(vk []byte) []byte {
 
 // afMerge undoes afSplit.
 func afMerge(material []byte) []byte {
-	n := volumeKeyBytes
+	n := VolumeKeyBytes
 	buf := make([]byte, n)
 	h := sha256.New()
-	for i := 0; i < afStripes-1; i++ {
+	for i := 0; i < AFStripes-1; i++ {
 		xorInto(buf, material[i*n:(i+1)*n])
 		diffuse(buf, h)
 	}
-	xorInto(buf, material[(afStripes-1)*n:afStripes*n])
+	xorInto(buf, material[(AFStripes-1)*n:AFStripes*n])
 	return buf
 }
 
@@ -159,56 +159,56 @@ func diffuse(b []byte, h hash.Hash) {
 	}
 }
 
-// slotParamsOf reads keyslot 0's and digest 0's values from JSON the
+// SlotParamsOf reads keyslot 0's and digest 0's values from JSON the
 // validator accepted (checkShape), so every field is present and well
 // formed.
-func slotParamsOf(js []byte) (slotParams, error) {
+func SlotParamsOf(js []byte) (SlotParams, error) {
 	tree, err := parseStrictJSON(js)
 	if err != nil {
-		return slotParams{}, err
+		return SlotParams{}, err
 	}
 	root := tree.(map[string]any)
 	ks := root["keyslots"].(map[string]any)["0"].(map[string]any)
 	dg := root["digests"].(map[string]any)["0"].(map[string]any)
-	var p slotParams
+	var p SlotParams
 	var offset int64
 	if _, err := fmt.Sscan(ks["area"].(map[string]any)["offset"].(string), &offset); err != nil {
-		return slotParams{}, fmt.Errorf("keyslot area offset: %w", err)
+		return SlotParams{}, fmt.Errorf("keyslot area offset: %w", err)
 	}
-	p.areaOffset = offset
+	p.AreaOffset = offset
 	for _, f := range []struct {
 		dst *[]byte
 		v   any
 	}{
-		{&p.kdfSalt, ks["kdf"].(map[string]any)["salt"]},
-		{&p.digestSalt, dg["salt"]},
-		{&p.digest, dg["digest"]},
+		{&p.KDFSalt, ks["kdf"].(map[string]any)["salt"]},
+		{&p.DigestSalt, dg["salt"]},
+		{&p.Digest, dg["digest"]},
 	} {
 		b, err := base64.StdEncoding.Strict().DecodeString(f.v.(string))
 		if err != nil {
-			return slotParams{}, err
+			return SlotParams{}, err
 		}
 		*f.dst = b
 	}
 	return p, nil
 }
 
-// withSlot returns js with keyslot 0's area offset and KDF salt replaced,
+// WithSlot returns js with keyslot 0's area offset and KDF salt replaced,
 // as text, so everything else stays byte for byte what cryptsetup wrote.
 // Each replaced value must occur exactly once.
-func withSlot(js []byte, old slotParams, newOffset int64, newSalt []byte) ([]byte, error) {
+func WithSlot(js []byte, old SlotParams, newOffset int64, newSalt []byte) ([]byte, error) {
 	out := js
 	for _, r := range []struct{ from, to string }{
-		{fmt.Sprintf(`"area":{"type":"raw","offset":"%d"`, old.areaOffset), fmt.Sprintf(`"area":{"type":"raw","offset":"%d"`, newOffset)},
-		{`"salt":"` + base64.StdEncoding.EncodeToString(old.kdfSalt) + `"`, `"salt":"` + base64.StdEncoding.EncodeToString(newSalt) + `"`},
+		{fmt.Sprintf(`"area":{"type":"raw","offset":"%d"`, old.AreaOffset), fmt.Sprintf(`"area":{"type":"raw","offset":"%d"`, newOffset)},
+		{`"salt":"` + base64.StdEncoding.EncodeToString(old.KDFSalt) + `"`, `"salt":"` + base64.StdEncoding.EncodeToString(newSalt) + `"`},
 	} {
 		if n := bytes.Count(out, []byte(r.from)); n != 1 {
 			return nil, fmt.Errorf("header JSON holds %q %d times, want once", r.from, n)
 		}
 		out = bytes.Replace(out, []byte(r.from), []byte(r.to), 1)
 	}
-	if len(out) >= jsonAreaSize {
-		return nil, fmt.Errorf("rewrapped JSON is %d bytes, over the %d-byte area", len(out), jsonAreaSize)
+	if len(out) >= JSONAreaSize {
+		return nil, fmt.Errorf("rewrapped JSON is %d bytes, over the %d-byte area", len(out), JSONAreaSize)
 	}
 	return out, nil
 }

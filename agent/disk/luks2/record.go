@@ -1,4 +1,4 @@
-package disk
+package luks2
 
 import (
 	"bytes"
@@ -27,29 +27,31 @@ var recordMagic = []byte("LATCHKEY-STATE\x00\x01")
 
 // Record states.
 const (
-	recordMkfs  = "mkfs"
-	recordReady = "ready"
+	RecordMkfs  = "mkfs"
+	RecordReady = "ready"
 )
 
-type stateRecord struct {
+// Record is the state record: how far the file system inside the volume
+// with this UUID got.
+type Record struct {
 	UUID   string `json:"uuid"`
 	Seq    uint64 `json:"seq"`
 	State  string `json:"state"`
 	FSType string `json:"fstype"`
 }
 
-// readRecord returns the newest valid record, nil when both slots are
+// NewestRecord returns the newest valid record in raw, both slots as read
+// from RecordOffset (2*RecordSlotSize bytes): nil when both slots are
 // blank (nothing was ever written through a mapping), or an error when a
 // slot holds something that is not a record or a record of another disk.
-func readRecord(d *device, uuid string) (*stateRecord, error) {
-	raw, err := d.read(recordOffset, 2*recordSlotSize)
-	if err != nil {
-		return nil, err
+func NewestRecord(raw []byte, uuid string) (*Record, error) {
+	if len(raw) != 2*RecordSlotSize {
+		return nil, fmt.Errorf("state record area is %d bytes, want %d", len(raw), 2*RecordSlotSize)
 	}
-	var best *stateRecord
+	var best *Record
 	var bad error
 	for i := range 2 {
-		slot := raw[i*recordSlotSize : (i+1)*recordSlotSize]
+		slot := raw[i*RecordSlotSize : (i+1)*RecordSlotSize]
 		if allZero(slot) {
 			continue
 		}
@@ -59,23 +61,23 @@ func readRecord(d *device, uuid string) (*stateRecord, error) {
 			continue
 		}
 		if rec.UUID != uuid {
-			return nil, fmt.Errorf("%w: state record belongs to disk %s, not %s", ErrVolumeContent, rec.UUID, uuid)
+			return nil, fmt.Errorf("state record belongs to disk %s, not %s", rec.UUID, uuid)
 		}
 		if best == nil || rec.Seq > best.Seq {
 			best = rec
 		}
 	}
 	if best == nil && bad != nil {
-		return nil, fmt.Errorf("%w: %v", ErrVolumeContent, bad)
+		return nil, bad
 	}
 	return best, nil
 }
 
-func decodeRecord(slot []byte) (*stateRecord, error) {
+func decodeRecord(slot []byte) (*Record, error) {
 	if !bytes.Equal(slot[:len(recordMagic)], recordMagic) {
 		return nil, fmt.Errorf("no record magic")
 	}
-	sumAt := recordSlotSize - sha256.Size
+	sumAt := RecordSlotSize - sha256.Size
 	if sum := sha256.Sum256(slot[:sumAt]); !bytes.Equal(sum[:], slot[sumAt:]) {
 		return nil, fmt.Errorf("checksum mismatch")
 	}
@@ -84,37 +86,35 @@ func decodeRecord(slot []byte) (*stateRecord, error) {
 	if n <= 0 || start+n > sumAt {
 		return nil, fmt.Errorf("bad length %d", n)
 	}
-	var rec stateRecord
+	var rec Record
 	dec := json.NewDecoder(bytes.NewReader(slot[start : start+n]))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rec); err != nil {
 		return nil, err
 	}
-	if rec.State != recordMkfs && rec.State != recordReady {
+	if rec.State != RecordMkfs && rec.State != RecordReady {
 		return nil, fmt.Errorf("unknown state %q", rec.State)
 	}
 	return &rec, nil
 }
 
-// writeRecord writes rec with the next sequence number into the slot the
-// newer record does not occupy, and syncs.
-func writeRecord(d *device, prev *stateRecord, rec stateRecord) (*stateRecord, error) {
-	if prev != nil {
-		rec.Seq = prev.Seq + 1
-	}
+// EncodeRecord returns rec as one slot and the device offset of the slot
+// its sequence number selects (the slot the newer record does not
+// occupy, when rec.Seq is the newer one's plus one).
+func EncodeRecord(rec Record) ([]byte, int64, error) {
 	js, err := json.Marshal(rec)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	slot := make([]byte, recordSlotSize)
+	start := len(recordMagic) + 4
+	if start+len(js) > RecordSlotSize-sha256.Size {
+		return nil, 0, fmt.Errorf("state record is %d bytes, over its slot", len(js))
+	}
+	slot := make([]byte, RecordSlotSize)
 	copy(slot, recordMagic)
 	binary.BigEndian.PutUint32(slot[len(recordMagic):], uint32(len(js)))
-	copy(slot[len(recordMagic)+4:], js)
-	sum := sha256.Sum256(slot[:recordSlotSize-sha256.Size])
-	copy(slot[recordSlotSize-sha256.Size:], sum[:])
-	off := int64(recordOffset + int(rec.Seq%2)*recordSlotSize)
-	if err := d.write(slot, off); err != nil {
-		return nil, err
-	}
-	return &rec, d.sync()
+	copy(slot[start:], js)
+	sum := sha256.Sum256(slot[:RecordSlotSize-sha256.Size])
+	copy(slot[RecordSlotSize-sha256.Size:], sum[:])
+	return slot, int64(RecordOffset + int(rec.Seq%2)*RecordSlotSize), nil
 }

@@ -1,4 +1,4 @@
-package disk
+package luks2
 
 import (
 	"bytes"
@@ -24,37 +24,37 @@ const subsystemPrefix = "latchkey-g"
 // where luksFormat puts it, B right after it, both inside the keyslots
 // area luksFormat fills with random bytes.
 const (
-	areaA = keyslotsOffset
-	areaB = keyslotsOffset + keyslotAreaSize
+	AreaA = KeyslotsOffset
+	AreaB = KeyslotsOffset + KeyslotAreaSize
 )
 
-// otherArea is the area keyslot 0 does not use.
-func otherArea(a int64) int64 {
-	if a == areaA {
-		return areaB
+// OtherArea is the area keyslot 0 does not use.
+func OtherArea(a int64) int64 {
+	if a == AreaA {
+		return AreaB
 	}
-	return areaA
+	return AreaA
 }
 
-// parseSubsystem reads the generation from a 48-byte subsystem field:
+// ParseSubsystem reads the generation from a 48-byte subsystem field:
 // all NULs is 0; otherwise exactly "latchkey-g<n>" NUL-padded, n a
 // canonical decimal from 1 to MaxKeyGeneration ("latchkey-g0" and leading
 // zeros are refused: one generation, one spelling).
-func parseSubsystem(field []byte) (uint32, error) {
+func ParseSubsystem(field []byte) (uint32, error) {
 	if allZero(field) {
 		return 0, nil
 	}
 	s := cString(field)
 	n, err := strconv.ParseUint(s[min(len(subsystemPrefix), len(s)):], 10, 32)
 	if !fixedField(field, s) || len(s) <= len(subsystemPrefix) || s[:len(subsystemPrefix)] != subsystemPrefix ||
-		err != nil || n == 0 || n > MaxKeyGeneration || subsystemName(uint32(n)) != s {
+		err != nil || n == 0 || n > MaxKeyGeneration || SubsystemName(uint32(n)) != s {
 		return 0, fmt.Errorf("subsystem %q, want none or %s<generation>", s, subsystemPrefix)
 	}
 	return uint32(n), nil
 }
 
-// subsystemName is the subsystem text of generation n ("" for 0).
-func subsystemName(n uint32) string {
+// SubsystemName is the subsystem text of generation n ("" for 0).
+func SubsystemName(n uint32) string {
 	if n == 0 {
 		return ""
 	}
@@ -66,39 +66,39 @@ func subsystemName(n uint32) string {
 // the secondary. Both copies passed checkOneHeader and the primary passed
 // checkShape; the checks here: the secondary's JSON has the exact shape
 // too; the primary's seqid is the secondary's plus one; keyslot 0 sits in
-// different areas (areaA and areaB); the generations may differ (or not:
+// different areas (AreaA and AreaB); the generations may differ (or not:
 // a rewrap toward the generation already on the disk after an operator
 // moved "current" back); the JSON texts are identical except for keyslot 0's area
 // offset and KDF salt; and both areas hold key material (not all zeros).
 // It returns the secondary (prior) copy.
-func checkTransition(head []byte, p binHeader, pj []byte, pp slotParams, s binHeader, sj []byte) (*headerCopy, error) {
-	if len(head) < headAndKeyslot {
+func checkTransition(head []byte, p BinHeader, pj []byte, pp SlotParams, s BinHeader, sj []byte) (*Copy, error) {
+	if len(head) < HeadAndKeyslot {
 		return nil, fmt.Errorf("header area is %d bytes", len(head))
 	}
 	if err := checkShape(sj); err != nil {
 		return nil, fmt.Errorf("secondary: %v", err)
 	}
-	sp, err := slotParamsOf(sj)
+	sp, err := SlotParamsOf(sj)
 	if err != nil {
 		return nil, err
 	}
 	switch {
-	case p.seqID != s.seqID+1:
-		return nil, fmt.Errorf("seqid %d and %d", p.seqID, s.seqID)
-	case pp.areaOffset == sp.areaOffset:
+	case p.SeqID != s.SeqID+1:
+		return nil, fmt.Errorf("seqid %d and %d", p.SeqID, s.SeqID)
+	case pp.AreaOffset == sp.AreaOffset:
 		return nil, errors.New("both copies use the same keyslot area")
 	}
-	same, err := withSlot(sj, sp, pp.areaOffset, pp.kdfSalt)
+	same, err := WithSlot(sj, sp, pp.AreaOffset, pp.KDFSalt)
 	if err != nil {
 		return nil, err
 	}
 	if !bytes.Equal(same, pj) {
 		return nil, errors.New("metadata differs beyond keyslot 0's area and salt")
 	}
-	for _, a := range []int64{pp.areaOffset, sp.areaOffset} {
-		if allZero(head[a : a+keyslotAreaSize]) {
+	for _, a := range []int64{pp.AreaOffset, sp.AreaOffset} {
+		if allZero(head[a : a+KeyslotAreaSize]) {
 			return nil, fmt.Errorf("keyslot area at %d holds no key material", a)
 		}
 	}
-	return &headerCopy{seqID: s.seqID, json: sj, generation: s.generation, area: sp.areaOffset}, nil
+	return &Copy{SeqID: s.SeqID, JSON: sj, Generation: s.Generation, Area: sp.AreaOffset}, nil
 }

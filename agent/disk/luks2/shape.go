@@ -1,4 +1,4 @@
-package disk
+package luks2
 
 import (
 	"bytes"
@@ -50,23 +50,23 @@ func expectedShape() obj {
 	return obj{
 		"keyslots": obj{"0": obj{
 			"type":     "luks2",
-			"key_size": n(volumeKeyBytes),
-			"af":       obj{"type": "luks1", "stripes": n(afStripes), "hash": luksHash},
-			"area": obj{"type": "raw", "offset": oneOf(s(areaA), s(areaB)), "size": s(keyslotAreaSize),
-				"encryption": luksCipher, "key_size": n(volumeKeyBytes)},
-			"kdf": obj{"type": "pbkdf2", "hash": luksHash, "iterations": n(kdfIterations),
-				"salt": base64Of(saltBytes)},
+			"key_size": n(VolumeKeyBytes),
+			"af":       obj{"type": "luks1", "stripes": n(AFStripes), "hash": Hash},
+			"area": obj{"type": "raw", "offset": oneOf(s(AreaA), s(AreaB)), "size": s(KeyslotAreaSize),
+				"encryption": Cipher, "key_size": n(VolumeKeyBytes)},
+			"kdf": obj{"type": "pbkdf2", "hash": Hash, "iterations": n(KDFIterations),
+				"salt": base64Of(SaltBytes)},
 		}},
 		"tokens": obj{},
 		"segments": obj{"0": obj{
 			"type": "crypt", "offset": s(DataOffset), "size": "dynamic", "iv_tweak": "0",
-			"encryption": luksCipher, "sector_size": n(sectorSize),
+			"encryption": Cipher, "sector_size": n(SectorSize),
 		}},
 		"digests": obj{"0": obj{
-			"type": "pbkdf2", "keyslots": arr{"0"}, "segments": arr{"0"}, "hash": luksHash,
-			"iterations": n(kdfIterations), "salt": base64Of(saltBytes), "digest": base64Of(sha256Size),
+			"type": "pbkdf2", "keyslots": arr{"0"}, "segments": arr{"0"}, "hash": Hash,
+			"iterations": n(KDFIterations), "salt": base64Of(SaltBytes), "digest": base64Of(sha256Size),
 		}},
-		"config": obj{"json_size": s(jsonAreaSize), "keyslots_size": s(keyslotsSize)},
+		"config": obj{"json_size": s(JSONAreaSize), "keyslots_size": s(KeyslotsSize)},
 	}
 }
 
