@@ -30,7 +30,7 @@ type evidence struct {
 	quoteInfo *tpm2.TPMSQuoteInfo
 	sig       *tpm2.TPMTSignature
 	pcrs      map[int][]byte
-	fwLog     []byte // firmware event log, replayed by verifyBoot
+	fwLog     []byte // firmware event log, replayed by bootlog.Replay
 	sdLog     []byte // systemd event log
 	pcrSig    []PCR11Signature
 }

@@ -31,7 +31,7 @@ func newFixture(t *testing.T) *fixture {
 	sim := tpmtest.Start(t)
 	iss, err := tpmissuer.New(tpmissuer.Config{Device: sim.Device})
 	if err != nil {
-		t.Fatalf("NewIssuer: %v", err)
+		t.Fatalf("issuer.New: %v", err)
 	}
 	t.Cleanup(func() { _ = iss.Close() })
 	return &fixture{sim: sim, issuer: iss, measured: measure(t, sim)}
@@ -527,11 +527,11 @@ func TestExtendedPCRIsRefused(t *testing.T) {
 func TestIssuerConfig(t *testing.T) {
 	for name, pcrs := range map[string][]int{"out of range": {24}, "negative": {-1}, "duplicate": {7, 7}} {
 		if _, err := tpmissuer.New(tpmissuer.Config{Device: "tcp://127.0.0.1:1", PCRs: pcrs}); err == nil {
-			t.Errorf("%s: NewIssuer accepted pcrs %v", name, pcrs)
+			t.Errorf("%s: issuer.New accepted pcrs %v", name, pcrs)
 		}
 	}
 	if _, err := tpmissuer.New(tpmissuer.Config{Device: "/nonexistent/tpm"}); err == nil {
-		t.Error("NewIssuer accepted a missing device")
+		t.Error("issuer.New accepted a missing device")
 	}
 	sim := tpmtest.Start(t)
 	iss, err := tpmissuer.New(tpmissuer.Config{Device: sim.Device})

@@ -133,7 +133,7 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 //     evidence carries (MALFORMED), and their values must hash to the
 //     quoted PCR digest (PCR_MISMATCH).
 //  7. Event logs (MALFORMED, EVENT_LOG_MISMATCH), when the evidence has a
-//     firmware log: replayed against the quoted PCRs (verifyBoot lists
+//     firmware log: replayed against the quoted PCRs (bootlog.Replay lists
 //     its checks) into State.Boot.
 //
 // The cheapest refusal comes first: evidence replayed on another session

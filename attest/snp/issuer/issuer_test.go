@@ -97,14 +97,14 @@ func TestIssuerVMPL(t *testing.T) {
 	}
 	bad := uint(4)
 	if _, err := issuer.New(issuer.Config{QuoteProvider: s.QuoteProvider(), VMPL: &bad}); err == nil {
-		t.Error("NewIssuer accepted VMPL 4")
+		t.Error("New accepted VMPL 4")
 	}
 }
 
-func TestAvailableMatchesNewIssuer(t *testing.T) {
+func TestAvailableMatchesNew(t *testing.T) {
 	_, err := issuer.New(issuer.Config{})
 	if got := issuer.Available(); got != (err == nil) {
-		t.Errorf("Available() = %v but NewIssuer with the platform provider: %v", got, err)
+		t.Errorf("Available() = %v but New with the platform provider: %v", got, err)
 	}
 }
 
