@@ -2,10 +2,13 @@
 // (agent side) and Validator (verifier side) contracts, the verified result
 // a validator returns, and the refusal error that carries a stable reason.
 //
-// Each variant lives in its own sub-package (attest/tpm, attest/snp) and
-// implements both halves of the same evidence format, so the code that
-// produces evidence and the code that checks it are read side by side.
-// The attested-TLS binding both halves sign over is in attest/atls.
+// Each variant lives in its own folder (attest/tpm, attest/snp), the code
+// that produces evidence and the code that checks it side by side in
+// separately linked packages: the Validator is attest/<variant> (the
+// verifier links it), the Issuer attest/<variant>/issuer (the agent
+// links it), and what both read attest/<variant>/wire. So the agent
+// carries no verification code and the verifier no device code. The
+// attested-TLS binding both halves sign over is in attest/atls.
 //
 // # The validator contract: verification, then policy
 //
@@ -45,8 +48,8 @@ import (
 )
 
 // MaxEvidenceSize bounds Hello.evidence for every variant; each variant's
-// own limit (tpm.MaxEvidenceSize 208 KiB with event logs,
-// snp.MaxEvidenceSize 64 KiB) is at most this. The verifier's gRPC message
+// own limit (the TPM's wire.MaxEvidenceSize, 208 KiB with event logs;
+// the SNP's, 64 KiB) is at most this. The verifier's gRPC message
 // limit is this plus room for the Hello's other fields.
 const MaxEvidenceSize = 256 << 10
 

@@ -2,7 +2,8 @@
 # The whole latchkey test suite, the README's second command:
 #   1. static checks: gofmt, go vet, generated protobuf code up to date,
 #      no tracked build outputs, shipped binaries free of test-only
-#      packages, the layer map (scripts/layercheck), log keys only from
+#      packages, the agent free of verification code and the verifier of
+#      device code, the layer map (scripts/layercheck), log keys only from
 #      internal/logkey, Kubernetes keys only from internal/kubekey, no
 #      time.Sleep in tests beyond scripts/test-sleep-allow.txt, go.mod
 #      tidy (go mod tidy -diff), no product code that no program reaches
@@ -69,8 +70,10 @@ static_checks() {
   no_issue_numbers
   shipped_test_only
   agent_links_only_allowed
+  verifier_links_no_device_code
   # The layer map: internal/ imports nothing of the product, attest/ neither
-  # agent/ nor verifier/, agent/ and verifier/ not each other.
+  # agent/ nor verifier/, agent/ and verifier/ not each other, and each
+  # variant's issuer and validator not each other (nor the other side's binary).
   go test -count=1 ./scripts/layercheck
   # One log vocabulary: every log key in the product is an internal/logkey constant.
   go test -count=1 -run '^(TestKeysAreConstants|TestScannerFindsEveryKeyForm|TestOneNamePerConcept)$' ./internal/logkey
@@ -189,16 +192,38 @@ AGENT_MODULES=(
 # grpcnotrace tag: image/README.md), links a module outside AGENT_MODULES,
 # any k8s.io/ package (client-go, apimachinery, kubeadm,
 # cluster-bootstrap, klog: each of them initialises API schemes, flag sets
-# or regexps at start), or gRPC's tracing and the templates it brings.
+# or regexps at start), gRPC's tracing and the templates it brings, or
+# verification code: an evidence variant's validator (attest/<variant>;
+# the agent's half is attest/<variant>/issuer, scripts/layercheck) or
+# go-sev-guest's verify, validate, kds and check packages (the KDS
+# certificate profile, the AMD roots and their parsing: the issuer needs
+# only go-sev-guest's client and abi).
 agent_links_only_allowed() {
   local deps extra banned
   deps=$(go list -tags grpcnotrace -deps -f '{{.ImportPath}} {{with .Module}}{{.Path}}{{end}}' ./agent/cmd/latchkey-agent)
   extra=$(awk -v allowed="${AGENT_MODULES[*]}" 'BEGIN { n = split(allowed, a, " "); for (i = 1; i <= n; i++) ok[a[i]] = 1 }
     NF == 2 && !($2 in ok) { print $2 }' <<<"$deps" | sort -u)
-  banned=$(awk '$1 ~ /^k8s\.io\// || $1 == "golang.org/x/net/trace" || $1 ~ /^(html|text)\/template$/ { print $1 }' <<<"$deps")
+  banned=$(awk '$1 ~ /^k8s\.io\// || $1 == "golang.org/x/net/trace" || $1 ~ /^(html|text)\/template$/ ||
+    $1 ~ /^github\.com\/google\/go-sev-guest\/(verify|validate|kds|proto\/check)(\/|$)/ ||
+    ($1 ~ /^github\.com\/latchkey\/latchkey\/attest\/[^\/]+$/ && $1 !~ /\/attest\/(atls|attesttest)$/) { print $1 }' <<<"$deps")
   if [[ -n $extra || -n $banned ]]; then
     [[ -z $extra ]] || echo "the agent links modules outside AGENT_MODULES (scripts/test.sh): ${extra//$'\n'/ }" >&2
     [[ -z $banned ]] || echo "the agent links packages it must not: ${banned//$'\n'/ }" >&2
+    return 1
+  fi
+}
+
+# verifier_links_no_device_code fails when the verifier links code that
+# reaches an evidence device: go-tpm's Linux TPM transport, go-sev-guest's
+# guest client and the configfs-tsm report interface beneath it, or an
+# evidence variant's issuer (attest/<variant>/issuer, which opens the TPM
+# or asks the AMD secure processor). The verifier only judges evidence.
+verifier_links_no_device_code() {
+  local bad
+  bad=$(go list -deps ./verifier/cmd/latchkey-verifier |
+    grep -E '^github\.com/google/go-tpm/tpm2/transport/linuxtpm$|^github\.com/google/go-sev-guest/client(/|$)|^github\.com/google/go-configfs-tsm/|^github\.com/latchkey/latchkey/attest/[^/]+/issuer(/|$)' || true)
+  if [[ -n $bad ]]; then
+    echo "the verifier links evidence device code: ${bad//$'\n'/ }" >&2
     return 1
   fi
 }

@@ -20,8 +20,8 @@ import (
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
-	"github.com/latchkey/latchkey/attest/snp"
-	"github.com/latchkey/latchkey/attest/tpm"
+	snpissuer "github.com/latchkey/latchkey/attest/snp/issuer"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/internal/execx"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/protocol"
@@ -88,11 +88,11 @@ func BuildAgent(cfg *config.Config, deps Deps) (a *Agent, err error) {
 // so its lines go where the agent's do.
 func NewIssuer(cfg *config.Config, log *slog.Logger) (attest.Issuer, error) {
 	if variant(cfg) == "snp" {
-		return snp.NewIssuer(snp.IssuerConfig{Logger: log})
+		return snpissuer.New(snpissuer.Config{Logger: log})
 	}
 	// The issuer checks the PCR list before it opens the TPM, so a bad
 	// list is a bad configuration even while the TPM is missing.
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: cfg.TPM.Device, PCRs: cfg.TPM.PCRs, Logs: tpmLogs(cfg)})
+	iss, err := tpmissuer.New(tpmissuer.Config{Device: cfg.TPM.Device, PCRs: cfg.TPM.PCRs, Logs: tpmLogs(cfg)})
 	if deviceUnavailable(err) {
 		// Not there yet (a driver loading late, a vTPM not attached yet)
 		// or not answering: a restart may find it, so this is a device
@@ -105,7 +105,7 @@ func NewIssuer(cfg *config.Config, log *slog.Logger) (attest.Issuer, error) {
 	// A TPM without a resource manager keeps what a killed agent loaded;
 	// at boot the agent is its only user, so that is flushed before the
 	// first attestation (the issuer's probe above loads nothing).
-	if _, err := tpm.FlushStale(cfg.TPM.Device); err != nil {
+	if _, err := tpmissuer.FlushStale(cfg.TPM.Device); err != nil {
 		iss.Close()
 		return nil, err
 	}
@@ -122,8 +122,8 @@ func deviceUnavailable(err error) bool {
 }
 
 // tpmLogs are the configured event-log paths.
-func tpmLogs(cfg *config.Config) tpm.LogPaths {
-	return tpm.LogPaths{FirmwareEventLog: cfg.TPM.FirmwareEventLog, SystemdEventLog: cfg.TPM.SystemdEventLog, PCRSignature: cfg.TPM.PCRSignature}
+func tpmLogs(cfg *config.Config) tpmissuer.LogPaths {
+	return tpmissuer.LogPaths{FirmwareEventLog: cfg.TPM.FirmwareEventLog, SystemdEventLog: cfg.TPM.SystemdEventLog, PCRSignature: cfg.TPM.PCRSignature}
 }
 
 // variant resolves "auto" (or unset) to what the machine offers.
@@ -131,7 +131,7 @@ func variant(cfg *config.Config) string {
 	if cfg.Variant != "auto" && cfg.Variant != "" {
 		return cfg.Variant
 	}
-	if snp.Available() {
+	if snpissuer.Available() {
 		return "snp"
 	}
 	return "tpm"

@@ -10,16 +10,19 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/latchkey/latchkey/agent/config"
-	"github.com/latchkey/latchkey/attest/snp"
-	"github.com/latchkey/latchkey/attest/tpm"
+	snpissuer "github.com/latchkey/latchkey/attest/snp/issuer"
+	snpwire "github.com/latchkey/latchkey/attest/snp/wire"
+	"github.com/latchkey/latchkey/attest/tpm/bootlog"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
+	tpmwire "github.com/latchkey/latchkey/attest/tpm/wire"
 )
 
 // snippet is the shape of the verifier's policy file, so measure's output
 // pastes into it as it is.
 type snippet struct {
-	APIVersion string      `json:"apiVersion"`
-	TPM        *tpm.Policy `json:"tpm,omitempty"`
-	SNP        *snp.Policy `json:"snp,omitempty"`
+	APIVersion string          `json:"apiVersion"`
+	TPM        *tpmwire.Policy `json:"tpm,omitempty"`
+	SNP        *snpwire.Policy `json:"snp,omitempty"`
 }
 
 // Measure writes the machine's current reference values as a policy
@@ -30,7 +33,7 @@ func Measure(ctx context.Context, cfg *config.Config, w io.Writer) error {
 	v := variant(cfg)
 	var view string
 	if v == "snp" {
-		s.SNP, err = snp.Measure(ctx, snp.IssuerConfig{})
+		s.SNP, err = snpissuer.Measure(ctx, snpissuer.Config{})
 	} else {
 		s.TPM, view, err = measureTPM(ctx, cfg)
 	}
@@ -69,12 +72,12 @@ func markMachineSpecific(out []byte) []byte {
 // measureTPM is the raw PCR policy plus, when the machine has an event
 // log, the component policy and a commented component view, so an
 // operator sees which component differs from the policy.
-func measureTPM(ctx context.Context, cfg *config.Config) (*tpm.Policy, string, error) {
-	p, err := tpm.Measure(ctx, cfg.TPM.Device, cfg.TPM.PCRs)
+func measureTPM(ctx context.Context, cfg *config.Config) (*tpmwire.Policy, string, error) {
+	p, err := tpmissuer.Measure(ctx, cfg.TPM.Device, cfg.TPM.PCRs)
 	if err != nil {
 		return nil, "", err
 	}
-	b, bp, err := tpm.MeasureBoot(ctx, cfg.TPM.Device, tpmLogs(cfg))
+	b, bp, err := tpmissuer.MeasureBoot(ctx, cfg.TPM.Device, tpmLogs(cfg))
 	if err != nil {
 		return nil, "", err
 	}
@@ -86,7 +89,7 @@ func measureTPM(ctx context.Context, cfg *config.Config) (*tpm.Policy, string, e
 }
 
 // componentView prints b as comment lines, one component a line.
-func componentView(b *tpm.Boot, bp *tpm.BootPolicy) string {
+func componentView(b *bootlog.Boot, bp *tpmwire.BootPolicy) string {
 	var sb strings.Builder
 	line := func(format string, args ...any) { fmt.Fprintf(&sb, "#   "+format+"\n", args...) }
 	sb.WriteString("# component view (event logs replayed against this TPM's PCRs):\n")
@@ -110,7 +113,7 @@ func componentView(b *tpm.Boot, bp *tpm.BootPolicy) string {
 }
 
 // appRole names what the component policy takes a for.
-func appRole(bp *tpm.BootPolicy, a tpm.Application) string {
+func appRole(bp *tpmwire.BootPolicy, a bootlog.Application) string {
 	d := fmt.Sprintf("sha256:%x", a.Digest)
 	switch {
 	case slices.Contains(bp.UKIs, d):

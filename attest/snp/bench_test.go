@@ -18,6 +18,7 @@ import (
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/snp"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
+	snpwire "github.com/latchkey/latchkey/attest/snp/wire"
 )
 
 // benchJoins is how many distinct signed reports the benchmarks cycle
@@ -135,7 +136,7 @@ func bareVerifyInputs(b *testing.B, joins []signedJoin) (*ecdsa.PublicKey, [][48
 	digests := make([][48]byte, len(joins))
 	sigs := make([][]byte, len(joins))
 	for i, j := range joins {
-		ev, err := snp.DecodeEvidence(j.evidence)
+		ev, err := snpwire.DecodeEvidence(j.evidence)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-sev-guest/verify/trust"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/snp/wire"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -76,7 +77,7 @@ func (c *chainCache) store(key [sha256.Size]byte, e *endorsement) {
 // is verified by go-sev-guest's verify.SnpAttestation (KDS certificate
 // profile, chain to the trusted roots, validity now, report signature)
 // and cached.
-func (v *Validator) checkEndorsement(ctx context.Context, ev *Evidence, der []byte) (*endorsement, error) {
+func (v *Validator) checkEndorsement(ctx context.Context, ev *wire.Evidence, der []byte) (*endorsement, error) {
 	now := v.now()
 	key := sha256.Sum256(der)
 	if e, ok := v.chains.load(key, now); ok {
@@ -97,7 +98,7 @@ func (v *Validator) checkEndorsement(ctx context.Context, ev *Evidence, der []by
 // checks chain and signature together; to report the first failing check
 // in Verify's order, a bad signature is only reported as such when the
 // certificate does chain to a trusted root.
-func (v *Validator) verifyNew(ctx context.Context, ev *Evidence, der []byte, now time.Time) (*endorsement, error) {
+func (v *Validator) verifyNew(ctx context.Context, ev *wire.Evidence, der []byte, now time.Time) (*endorsement, error) {
 	e, err := v.parseEndorsement(ev, der)
 	if err != nil {
 		return nil, err
@@ -129,7 +130,7 @@ func (v *Validator) verifyNew(ctx context.Context, ev *Evidence, der []byte, now
 
 // parseEndorsement parses the certificate and its KDS extensions with
 // go-sev-guest (trust.ParseCert, kds.CertificateExtensions).
-func (v *Validator) parseEndorsement(ev *Evidence, der []byte) (*endorsement, error) {
+func (v *Validator) parseEndorsement(ev *wire.Evidence, der []byte) (*endorsement, error) {
 	kind := ev.Signer.SigningKey
 	// The parsed certificate aliases its input and outlives this join in
 	// the cache, so it gets its own copy.
@@ -178,7 +179,7 @@ func (v *Validator) x509Chain(cert *x509.Certificate, kind abi.ReportSigner, now
 // matches checks that the certified key belongs to the report: same key
 // kind, the VCEK's HWID is the report's CHIP_ID (unless the host masks
 // it), and the certificate's TCB is the report's REPORTED_TCB.
-func (e *endorsement) matches(ev *Evidence) error {
+func (e *endorsement) matches(ev *wire.Evidence) error {
 	r := ev.Report
 	if e.kind != ev.Signer.SigningKey {
 		return untrusted("certificate is a %v, report is signed by a %v", e.kind, ev.Signer.SigningKey)
@@ -194,7 +195,7 @@ func (e *endorsement) matches(ev *Evidence) error {
 }
 
 // checkSignature verifies the report signature with go-sev-guest.
-func checkSignature(ev *Evidence, cert *x509.Certificate) error {
+func checkSignature(ev *wire.Evidence, cert *x509.Certificate) error {
 	if err := verify.SnpReportSignature(ev.Raw, cert); err != nil {
 		return attest.Refuse(latchkeyv1.Reason_BAD_SIGNATURE, "report signature: %w", err)
 	}

@@ -1,7 +1,11 @@
-// Package snp is the AMD SEV-SNP evidence variant of latchkey: the issuer
-// that gets an attestation report from the guest's AMD secure processor
-// (agent side) and the validator that checks it against a policy (verifier
-// side), both built on github.com/google/go-sev-guest.
+// Package snp is the Validator of latchkey's AMD SEV-SNP evidence variant
+// (verifier side): it checks an attestation report against a policy,
+// built on github.com/google/go-sev-guest. The issuer that gets the report
+// from the guest's AMD secure processor (agent side) is beside it in
+// attest/snp/issuer, and the evidence encoding both read in
+// attest/snp/wire: separate packages, so the agent links none of
+// go-sev-guest's verification and the verifier none of its guest device
+// code.
 //
 // The evidence is a latchkeyv1.SNPEvidence message: the raw 1184-byte
 // ATTESTATION_REPORT whose REPORT_DATA is the 32-byte attested-TLS binding

@@ -7,8 +7,8 @@ import (
 	"github.com/google/go-sev-guest/abi"
 
 	"github.com/latchkey/latchkey/attest"
-	"github.com/latchkey/latchkey/attest/snp"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
+	snpwire "github.com/latchkey/latchkey/attest/snp/wire"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -33,7 +33,7 @@ func FuzzDecodeEvidence(f *testing.F) {
 	f.Add(rawEvidence(s.Report(binding), table))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ev, err := snp.DecodeEvidence(data)
+		ev, err := snpwire.DecodeEvidence(data)
 		if err != nil {
 			if r := attest.ReasonOf(err); r != latchkeyv1.Reason_MALFORMED {
 				t.Fatalf("DecodeEvidence failed with %v: %v", r, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-sev-guest/validate"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/snp/wire"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -100,7 +101,7 @@ func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, _ atte
 	if len(binding) != attest.BindingSize {
 		return nil, fmt.Errorf("snp: binding is %d bytes, want %d", len(binding), attest.BindingSize)
 	}
-	ev, err := DecodeEvidence(evidence)
+	ev, err := wire.DecodeEvidence(evidence)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +150,7 @@ func (v *Validator) CheckPolicy(s attest.State) error {
 	}
 	gp, err := abi.ParseSnpPolicy(r.GetPolicy())
 	if err != nil {
-		return malformed("guest policy: %w", err)
+		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "guest policy: %w", err)
 	}
 	if gp.Debug {
 		return attest.Refuse(latchkeyv1.Reason_DEBUG_POLICY, "guest policy %#x allows debugging", r.GetPolicy())
@@ -175,7 +176,7 @@ func checkBinding(r *spb.Report, binding []byte) error {
 	return nil
 }
 
-func (v *Validator) checkGuestPolicy(ev *Evidence, gp abi.SnpPolicy) error {
+func (v *Validator) checkGuestPolicy(ev *wire.Evidence, gp abi.SnpPolicy) error {
 	switch {
 	case gp.MigrateMA && !v.c.allowMA:
 		return policyMismatch("guest policy allows a migration agent")
@@ -191,7 +192,7 @@ func (v *Validator) checkGuestPolicy(ev *Evidence, gp abi.SnpPolicy) error {
 	return nil
 }
 
-func (v *Validator) checkIdentity(ev *Evidence) error {
+func (v *Validator) checkIdentity(ev *wire.Evidence) error {
 	r := ev.Report
 	fields := []struct {
 		set   byteSet
@@ -220,7 +221,7 @@ func (v *Validator) checkIdentity(ev *Evidence) error {
 // fields in tcbKey (every other option is unset or already decided), so
 // it is computed once per distinct key: validate.SnpAttestation re-parses
 // the certificate on every call, which would cost a tenth of a join.
-func (v *Validator) checkTCB(ev *Evidence, der []byte) error {
+func (v *Validator) checkTCB(ev *wire.Evidence, der []byte) error {
 	r := ev.Report
 	key := tcbKey{
 		current: r.GetCurrentTcb(), reported: r.GetReportedTcb(), committed: r.GetCommittedTcb(), launch: r.GetLaunchTcb(),
@@ -270,7 +271,7 @@ func (v *Validator) vmplList() []int {
 	return out
 }
 
-func (v *Validator) verified(evidence []byte, ev *Evidence, e *endorsement, der []byte) *attest.Verified {
+func (v *Validator) verified(evidence []byte, ev *wire.Evidence, e *endorsement, der []byte) *attest.Verified {
 	r := ev.Report
 	gp, _ := abi.ParseSnpPolicy(r.GetPolicy())
 	st := &State{
@@ -279,7 +280,7 @@ func (v *Validator) verified(evidence []byte, ev *Evidence, e *endorsement, der 
 		ReportVersion:      r.GetVersion(),
 		ChipID:             r.GetChipId(),
 		Measurement:        r.GetMeasurement(),
-		ReportedTCB:        TCBFromVersion(r.GetReportedTcb()),
+		ReportedTCB:        wire.TCBFromVersion(r.GetReportedTcb()),
 		ReportedTCBVersion: r.GetReportedTcb(),
 		GuestSVN:           r.GetGuestSvn(),
 		GuestPolicy:        gp,
@@ -330,7 +331,7 @@ type State struct {
 
 	// ev and der are the verified report and its endorsement certificate,
 	// for CheckPolicy (go-sev-guest's TCB validation reads them whole).
-	ev  *Evidence
+	ev  *wire.Evidence
 	der []byte
 }
 
@@ -373,7 +374,7 @@ func machineID(chipID, hostData []byte, bindHostData bool) string {
 }
 
 // endorsementDER returns the signing key's certificate (check 2).
-func (v *Validator) endorsementDER(ctx context.Context, ev *Evidence) ([]byte, error) {
+func (v *Validator) endorsementDER(ctx context.Context, ev *wire.Evidence) ([]byte, error) {
 	if ev.Endorsement != nil {
 		return ev.Endorsement, nil
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/snp"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
+	snpwire "github.com/latchkey/latchkey/attest/snp/wire"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -67,7 +68,7 @@ func TestValidateAcceptsVCEKReport(t *testing.T) {
 		st.SigningKey != "VCEK" || st.ReportedTCBVersion != s.TCB() || st.VMPL != 0 {
 		t.Errorf("State = %+v", st)
 	}
-	if st.ReportedTCB != snp.TCBFromVersion(s.TCB()) {
+	if st.ReportedTCB != snpwire.TCBFromVersion(s.TCB()) {
 		t.Errorf("ReportedTCB = %+v", st.ReportedTCB)
 	}
 }
@@ -104,7 +105,7 @@ func TestValidateRepeatUsesCacheAndStillChecks(t *testing.T) {
 	}
 	raw := s.Report(binding)
 	signForeign(t, raw)
-	ev, _ := snp.EncodeEvidence(raw, s.CertTable())
+	ev, _ := snpwire.EncodeEvidence(raw, s.CertTable())
 	if _, err := attest.Validate(ctx, v, ev, binding, nil); attest.ReasonOf(err) != latchkeyv1.Reason_BAD_SIGNATURE {
 		t.Errorf("foreign signature after warm cache: %v", err)
 	}

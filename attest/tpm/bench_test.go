@@ -8,11 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // BenchmarkValidate measures the verifier's CPU cost per TPM join.
@@ -30,7 +32,7 @@ import (
 // client side of the agent's Respond (swtpm runs in its own process).
 func BenchmarkValidate(b *testing.B) {
 	sim := tpmtest.Start(b)
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device})
+	iss, err := tpmissuer.New(tpmissuer.Config{Device: sim.Device})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,7 +96,7 @@ func BenchmarkValidate(b *testing.B) {
 // them and the EK certificate, flush, close.
 func BenchmarkQuoteSwtpm(b *testing.B) {
 	sim := tpmtest.Start(b)
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device})
+	iss, err := tpmissuer.New(tpmissuer.Config{Device: sim.Device})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/bootlog"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/pkitest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
@@ -170,7 +171,7 @@ func TestBootLogVerifiedState(t *testing.T) {
 	if !b.SecureBoot.Enabled || len(b.SecureBoot.DB) != 1 || string(b.SecureBoot.DB[0].Raw) != string(der) {
 		t.Fatalf("secure boot = %+v", b.SecureBoot)
 	}
-	want := []tpm.Application{{Digest: loaderDigest, Attempt: 1}, {Digest: ukiDigest, Attempt: 1}}
+	want := []bootlog.Application{{Digest: loaderDigest, Attempt: 1}, {Digest: ukiDigest, Attempt: 1}}
 	if fmt.Sprint(b.Applications) != fmt.Sprint(want) {
 		t.Fatalf("applications = %v, want %v", b.Applications, want)
 	}

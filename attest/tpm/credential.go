@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/tpm/wire"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -73,8 +74,8 @@ func makeChallenge(rand io.Reader, ek *tpm2.TPMTPublic, akName []byte) (secret, 
 }
 
 func decodeResponse(answer []byte) ([]byte, error) {
-	if len(answer) > MaxChallengeResponseSize {
-		return nil, fmt.Errorf("%d bytes, limit %d", len(answer), MaxChallengeResponseSize)
+	if len(answer) > wire.MaxChallengeResponseSize {
+		return nil, fmt.Errorf("%d bytes, limit %d", len(answer), wire.MaxChallengeResponseSize)
 	}
 	var rsp latchkeyv1.TPMChallengeResponse
 	if err := proto.Unmarshal(answer, &rsp); err != nil {

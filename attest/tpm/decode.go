@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-tpm/tpm2"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/latchkey/latchkey/attest/tpm/wire"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -29,15 +30,15 @@ type evidence struct {
 	quoteInfo *tpm2.TPMSQuoteInfo
 	sig       *tpm2.TPMTSignature
 	pcrs      map[int][]byte
-	fwLog     []byte // firmware event log, replayed by verifyBoot
+	fwLog     []byte // firmware event log, replayed by bootlog.Replay
 	sdLog     []byte // systemd event log
 	pcrSig    []PCR11Signature
 }
 
 // decode parses serialized TPMEvidence and checks its sizes and shape.
 func decode(raw []byte) (*evidence, error) {
-	if len(raw) > MaxEvidenceSize {
-		return nil, fmt.Errorf("evidence has %d bytes, limit %d", len(raw), MaxEvidenceSize)
+	if len(raw) > wire.MaxEvidenceSize {
+		return nil, fmt.Errorf("evidence has %d bytes, limit %d", len(raw), wire.MaxEvidenceSize)
 	}
 	var pb latchkeyv1.TPMEvidence
 	if err := proto.Unmarshal(raw, &pb); err != nil {
@@ -81,10 +82,10 @@ func checkSizes(pb *latchkeyv1.TPMEvidence) error {
 		{"quote", len(pb.Quote), maxStructSize, true},
 		{"signature", len(pb.Signature), maxStructSize, true},
 		{"ek_public", len(pb.EkPublic), maxStructSize, false},
-		{"ek_certificate", len(pb.EkCertificate), MaxEKCertificateSize, false},
-		{"firmware_event_log", len(pb.FirmwareEventLog), MaxFirmwareLogSize, false},
-		{"systemd_event_log", len(pb.SystemdEventLog), MaxSystemdLogSize, false},
-		{"pcr_signature", len(pb.PcrSignature), MaxPCRSignatureSize, false},
+		{"ek_certificate", len(pb.EkCertificate), wire.MaxEKCertificateSize, false},
+		{"firmware_event_log", len(pb.FirmwareEventLog), wire.MaxFirmwareLogSize, false},
+		{"systemd_event_log", len(pb.SystemdEventLog), wire.MaxSystemdLogSize, false},
+		{"pcr_signature", len(pb.PcrSignature), wire.MaxPCRSignatureSize, false},
 	} {
 		if f.required && f.n == 0 {
 			return fmt.Errorf("%s missing", f.name)

@@ -1,6 +1,9 @@
-// Package tpm is latchkey's TPM 2.0 evidence variant (VARIANT_TPM): the
-// Issuer the agent runs against its TPM and the Validator the verifier runs
-// against a policy, side by side because they share one evidence format.
+// Package tpm is the Validator of latchkey's TPM 2.0 evidence variant
+// (VARIANT_TPM), which the verifier runs against a policy. The Issuer
+// the agent runs against its TPM is beside it in attest/tpm/issuer, what
+// both read in attest/tpm/wire, and the event-log replay in
+// attest/tpm/bootlog: separate packages, so neither binary links the
+// other's half.
 //
 // Evidence (latchkeyv1.TPMEvidence) is a TPM2_Quote over the configured
 // SHA-256 PCRs, made by a restricted ECC P-256 attestation key (AK) with the
@@ -10,7 +13,7 @@
 // so a valid signature by a trusted AK proves the quote came from that TPM.
 // With them come the firmware and systemd event logs and the UKI's PCR 11
 // signature JSON; Verify replays the logs against the quoted PCRs into a
-// typed Boot (bootlog.go), and CheckPolicy compares that with the raw PCR
+// typed Boot (attest/tpm/bootlog), and CheckPolicy compares that with the raw PCR
 // lists and the component policy (components.go), as two steps.
 //
 // The verifier trusts an AK in one of two ways, never by first use:
@@ -26,8 +29,8 @@
 // are the same at every boot and an AK pin survives reboots (until the
 // owner hierarchy is cleared).
 //
-// swtpm has no resource manager and only three transient object slots: an
-// Attestation holds at most two (the AK, and the EK unless it is
+// swtpm has no resource manager and only three transient object slots: the
+// issuer's Attestation holds at most two (the AK, and the EK unless it is
 // persisted) on a connection of its own and flushes them on Close, and on
 // every error path.
 package tpm

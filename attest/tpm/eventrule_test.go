@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/bootlog"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -82,7 +83,7 @@ func TestPhaseContentRewriteIsRefused(t *testing.T) {
 	wantRefusal(t, err, latchkeyv1.Reason_PCR_SIGNATURE_INVALID, fmt.Sprintf(`uki %s: pcr 11 is in boot phase "", the policy accepts`, dgst(ukiDigest)))
 }
 
-func joinPhases(n int) string { return strings.Join(tpm.StandardPhases[:n], ":") }
+func joinPhases(n int) string { return strings.Join(bootlog.StandardPhases[:n], ":") }
 
 // A boot loader passed init=/bin/sh; the machine rewrites the data of its
 // PCR 12 command-line event, leaving the digest, and the command line

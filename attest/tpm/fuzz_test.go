@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-eventlog/tcg"
 
 	"github.com/latchkey/latchkey/attest"
-	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/bootlog"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -43,7 +43,7 @@ func FuzzVerifyBoot(f *testing.F) {
 				}
 			}
 		}
-		_, err := tpm.VerifyBoot(pcrs, fw, sdLog)
+		_, err := bootlog.Verify(pcrs, fw, sdLog)
 		if r := attest.ReasonOf(err); err != nil && r != latchkeyv1.Reason_MALFORMED && r != latchkeyv1.Reason_EVENT_LOG_MISMATCH {
 			t.Fatalf("VerifyBoot failed with %v: %v", r, err)
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 )
 
@@ -40,7 +41,7 @@ func TestMachineID(t *testing.T) {
 	var ids []string
 	for _, sim := range sibs {
 		m := measure(t, sim) // before the issuer: swtpm serves one connection at a time
-		iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device})
+		iss, err := tpmissuer.New(tpmissuer.Config{Device: sim.Device})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/bootlog"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 )
 
@@ -122,7 +123,7 @@ type corpus struct {
 
 // outcome is what the verifier made of one evidence.
 type outcome struct {
-	boot   *tpm.Boot
+	boot   *bootlog.Boot
 	reason string // "" when admitted
 }
 
@@ -168,7 +169,7 @@ func corpora(t testing.TB) []*corpus {
 		var values [][32]byte
 		for i := range 4 {
 			p := map[int][32]byte{11: base[11]}
-			tpmtest.ExtendPhase(p, strings.Join(tpm.StandardPhases[:i+1], ":"))
+			tpmtest.ExtendPhase(p, strings.Join(bootlog.StandardPhases[:i+1], ":"))
 			values = append(values, p[11])
 		}
 		m.sig = sg.sign(t, values...)
@@ -445,7 +446,7 @@ func violation(orig, got outcome) string {
 
 // diffFields names the fields of two boot states that differ, with the
 // edited value of the short ones.
-func diffFields(a, b tpm.Boot) string {
+func diffFields(a, b bootlog.Boot) string {
 	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
 	var out []string
 	for i := range va.NumField() {
@@ -474,8 +475,8 @@ func TestEventLogEditsAreRefusedOrChangeNothing(t *testing.T) {
 		}
 		// The corpus as the machine wrote it and as the edits re-encode it
 		// are the same evidence.
-		raw, err := tpm.VerifyBoot(c.m.pcrs, c.fw, c.m.sd)
-		again, err2 := tpm.VerifyBoot(c.m.pcrs, c.logs.fwBytes(), c.logs.sdBytes())
+		raw, err := bootlog.Verify(c.m.pcrs, c.fw, c.m.sd)
+		again, err2 := bootlog.Verify(c.m.pcrs, c.logs.fwBytes(), c.logs.sdBytes())
 		if err != nil || err2 != nil || !reflect.DeepEqual(raw, again) {
 			t.Fatalf("%s: the re-encoded corpus verifies differently: %v, %v", c.name, err, err2)
 		}

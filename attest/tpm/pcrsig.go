@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/latchkey/latchkey/attest/tpm/wire"
 )
 
 // PCR11Signature is one sha256-bank entry of the PCR signature JSON
@@ -41,8 +43,8 @@ type PCR11Signature struct {
 // entries for exactly PCR 11 (other banks and PCR sets say nothing about
 // the SHA-256 PCR 11 the verifier checks).
 func decodePCRSignature(raw []byte) ([]PCR11Signature, error) {
-	if len(raw) > MaxPCRSignatureSize {
-		return nil, fmt.Errorf("pcr signature has %d bytes, limit %d", len(raw), MaxPCRSignatureSize)
+	if len(raw) > wire.MaxPCRSignatureSize {
+		return nil, fmt.Errorf("pcr signature has %d bytes, limit %d", len(raw), wire.MaxPCRSignatureSize)
 	}
 	var banks map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &banks); err != nil {

@@ -14,33 +14,6 @@ import (
 	"github.com/latchkey/latchkey/attest/atls"
 )
 
-// Policy holds the TPM reference values of the verifier's policy file. It
-// is decoded strictly and case-sensitively (verifier/policy, through
-// internal/strictyaml), hence the camelCase JSON tags. The zero value trusts nothing: without an AK pin, an EK hash or an
-// EK CA, every evidence is refused as UNTRUSTED_AK.
-type Policy struct {
-	// PCRs maps a PCR index (0..23) to the lowercase-hex SHA-256 values it
-	// may hold. Every entry is a list, so an image upgrade lists the old
-	// and the new value together. A PCR not listed is not checked.
-	PCRs map[int][]string `json:"pcrs,omitempty"`
-	// EKCARoots are PEM certificates (one or more per entry) trusted as
-	// anchors for EK certificates. The TPM stores only the leaf, so list
-	// the issuing (intermediate) CA too, or only it to trust one product
-	// line: every certificate listed is an anchor.
-	EKCARoots []string `json:"ekCARoots,omitempty"`
-	// EKPublicKeyHashes are "sha256:<hex>" of the DER SubjectPublicKeyInfo
-	// of accepted EKs, for TPMs without an EK certificate (most virtual
-	// TPMs). `latchkey-agent measure` prints the machine's.
-	EKPublicKeyHashes []string `json:"ekPublicKeyHashes,omitempty"`
-	// AKPublicKeyHashes are "sha256:<hex>" SPKI hashes of pinned AKs. A
-	// pinned AK needs no EK and no credential activation.
-	AKPublicKeyHashes []string `json:"akPublicKeyHashes,omitempty"`
-	// Boot is the component policy, checked against the verified event
-	// logs next to (not instead of) PCRs. nil checks no component and
-	// needs no event log.
-	Boot *BootPolicy `json:"boot,omitempty"`
-}
-
 // compiledPolicy is a Policy parsed once so validation does no parsing.
 type compiledPolicy struct {
 	pcrs     map[int][][sha256.Size]byte

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/bootlog"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -58,12 +59,12 @@ func realBoot(t *testing.T) (log []byte, pcrs map[int][32]byte, cmdline string) 
 // what the guest booted.
 func TestRealOVMFLogReplays(t *testing.T) {
 	log, pcrs, cmdline := realBoot(t)
-	b, err := tpm.VerifyBoot(pcrs, log, nil)
+	b, err := bootlog.Verify(pcrs, log, nil)
 	if err != nil {
 		t.Fatalf("VerifyBoot: %v", err)
 	}
 	apps := fmt.Sprint(b.Applications)
-	want := fmt.Sprint([]tpm.Application{{Digest: mustHex(t, realUKI), Attempt: 1}, {Digest: mustHex(t, realKernel), Attempt: 1}})
+	want := fmt.Sprint([]bootlog.Application{{Digest: mustHex(t, realUKI), Attempt: 1}, {Digest: mustHex(t, realKernel), Attempt: 1}})
 	if apps != want {
 		t.Fatalf("applications %s, want %s", apps, want)
 	}

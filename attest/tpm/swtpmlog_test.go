@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -21,7 +22,7 @@ import (
 type measuredSwtpm struct {
 	sim    *tpmtest.Simulator
 	log    *tpmtest.FirmwareLog
-	paths  tpm.LogPaths
+	paths  tpmissuer.LogPaths
 	dbPEM  string
 	signer *signer
 	ekHash string
@@ -41,7 +42,7 @@ func newMeasuredSwtpm(t *testing.T) *measuredSwtpm {
 	tpmtest.ExtendPhase(pcr11, sysinit)
 	sg := newSigner(t)
 	dir := t.TempDir()
-	paths := tpm.LogPaths{
+	paths := tpmissuer.LogPaths{
 		FirmwareEventLog: filepath.Join(dir, "binary_bios_measurements"),
 		SystemdEventLog:  filepath.Join(dir, "tpm2-measure.log"), // absent, as on systemd 252
 		PCRSignature:     filepath.Join(dir, "tpm2-pcr-signature.json"),
@@ -63,7 +64,7 @@ func (m *measuredSwtpm) policy(ukis ...string) tpm.Policy {
 
 func (m *measuredSwtpm) join(t *testing.T, p tpm.Policy) (*tpm.State, error) {
 	t.Helper()
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: m.sim.Device, Logs: m.paths})
+	iss, err := tpmissuer.New(tpmissuer.Config{Device: m.sim.Device, Logs: m.paths})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestSwtpmUnloggedMeasurementIsRefused(t *testing.T) {
 // component policy, admits that machine's join.
 func TestMeasureBootPolicyAdmitsTheMachine(t *testing.T) {
 	m := newMeasuredSwtpm(t)
-	b, bp, err := tpm.MeasureBoot(context.Background(), m.sim.Device, m.paths)
+	b, bp, err := tpmissuer.MeasureBoot(context.Background(), m.sim.Device, m.paths)
 	if err != nil || b == nil {
 		t.Fatalf("MeasureBoot: %v %v", b, err)
 	}

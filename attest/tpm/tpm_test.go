@@ -13,23 +13,25 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	tpmwire "github.com/latchkey/latchkey/attest/tpm/wire"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
 // fixture is one swtpm, an issuer on it and the machine's measured policy.
 type fixture struct {
 	sim      *tpmtest.Simulator
-	issuer   *tpm.Issuer
+	issuer   *tpmissuer.Issuer
 	measured *tpm.Policy // current PCRs + EK hash
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	sim := tpmtest.Start(t)
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device})
+	iss, err := tpmissuer.New(tpmissuer.Config{Device: sim.Device})
 	if err != nil {
-		t.Fatalf("NewIssuer: %v", err)
+		t.Fatalf("issuer.New: %v", err)
 	}
 	t.Cleanup(func() { _ = iss.Close() })
 	return &fixture{sim: sim, issuer: iss, measured: measure(t, sim)}
@@ -37,7 +39,7 @@ func newFixture(t *testing.T) *fixture {
 
 func measure(t *testing.T, sim *tpmtest.Simulator) *tpm.Policy {
 	t.Helper()
-	p, err := tpm.Measure(context.Background(), sim.Device, nil)
+	p, err := tpmissuer.Measure(context.Background(), sim.Device, nil)
 	if err != nil {
 		t.Fatalf("Measure: %v", err)
 	}
@@ -133,8 +135,8 @@ func TestValidateEKCertificateWithActivation(t *testing.T) {
 // checkStatePCRs compares the verified PCRs with the measured ones.
 func checkStatePCRs(t *testing.T, st *tpm.State, measured *tpm.Policy) {
 	t.Helper()
-	if len(st.PCRs) != len(tpm.DefaultPCRs) {
-		t.Fatalf("state has %d pcrs, want %d", len(st.PCRs), len(tpm.DefaultPCRs))
+	if len(st.PCRs) != len(tpmwire.DefaultPCRs) {
+		t.Fatalf("state has %d pcrs, want %d", len(st.PCRs), len(tpmwire.DefaultPCRs))
 	}
 	for idx, want := range measured.PCRs {
 		v := st.PCRs[idx]
@@ -284,7 +286,7 @@ func TestAttestWithoutPersistedEK(t *testing.T) {
 
 func evictPersistentEK(t *testing.T, device string) {
 	t.Helper()
-	tp, err := tpm.OpenDevice(device)
+	tp, err := tpmissuer.OpenDevice(device)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +430,7 @@ func TestRefusals(t *testing.T) {
 			name:   "oversized ek certificate",
 			policy: f.caPolicy,
 			mutate: func(ev *latchkeyv1.TPMEvidence, _ *[]byte, _ *attest.RoundTrip) {
-				ev.EkCertificate = make([]byte, tpm.MaxEKCertificateSize+1)
+				ev.EkCertificate = make([]byte, tpmwire.MaxEKCertificateSize+1)
 			},
 			want: latchkeyv1.Reason_MALFORMED,
 		},
@@ -462,7 +464,7 @@ func TestRefusals(t *testing.T) {
 // certificate does not chain to the first one's CA.
 func TestEKCertificateFromAnotherSwtpmCA(t *testing.T) {
 	f, other := newFixture(t), tpmtest.StartFresh(t)
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: other.Device})
+	iss, err := tpmissuer.New(tpmissuer.Config{Device: other.Device})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +487,7 @@ func TestMalformedEvidence(t *testing.T) {
 	for name, ev := range map[string][]byte{
 		"empty":     nil,
 		"garbage":   []byte("not a protobuf message at all"),
-		"oversized": make([]byte, tpm.MaxEvidenceSize+1),
+		"oversized": make([]byte, tpmwire.MaxEvidenceSize+1),
 		"no quote":  mustMarshal(t, &latchkeyv1.TPMEvidence{AkPublic: []byte{1}, Signature: []byte{1}}),
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -524,15 +526,15 @@ func TestExtendedPCRIsRefused(t *testing.T) {
 
 func TestIssuerConfig(t *testing.T) {
 	for name, pcrs := range map[string][]int{"out of range": {24}, "negative": {-1}, "duplicate": {7, 7}} {
-		if _, err := tpm.NewIssuer(tpm.IssuerConfig{Device: "tcp://127.0.0.1:1", PCRs: pcrs}); err == nil {
-			t.Errorf("%s: NewIssuer accepted pcrs %v", name, pcrs)
+		if _, err := tpmissuer.New(tpmissuer.Config{Device: "tcp://127.0.0.1:1", PCRs: pcrs}); err == nil {
+			t.Errorf("%s: issuer.New accepted pcrs %v", name, pcrs)
 		}
 	}
-	if _, err := tpm.NewIssuer(tpm.IssuerConfig{Device: "/nonexistent/tpm"}); err == nil {
-		t.Error("NewIssuer accepted a missing device")
+	if _, err := tpmissuer.New(tpmissuer.Config{Device: "/nonexistent/tpm"}); err == nil {
+		t.Error("issuer.New accepted a missing device")
 	}
 	sim := tpmtest.Start(t)
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device})
+	iss, err := tpmissuer.New(tpmissuer.Config{Device: sim.Device})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,7 +545,7 @@ func TestIssuerConfig(t *testing.T) {
 
 func TestCustomPCRSelection(t *testing.T) {
 	sim := tpmtest.Start(t)
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device, PCRs: []int{23, 0, 16, 7, 8, 9, 10, 11, 12, 13}})
+	iss, err := tpmissuer.New(tpmissuer.Config{Device: sim.Device, PCRs: []int{23, 0, 16, 7, 8, 9, 10, 11, 12, 13}})
 	if err != nil {
 		t.Fatal(err)
 	}

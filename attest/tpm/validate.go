@@ -19,6 +19,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/attest/tpm/wire"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -106,8 +107,8 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 //
 //  0. Binding length (INTERNAL): binding must be attest.BindingSize
 //     bytes; anything else is a caller error, not evidence.
-//  1. Decoding (MALFORMED): size limits (MaxEvidenceSize, per-field
-//     limits, MaxEKCertificateSize, the log limits), protobuf, TPM
+//  1. Decoding (MALFORMED): size limits (wire.MaxEvidenceSize, per-field
+//     limits, wire.MaxEKCertificateSize, the log limits), protobuf, TPM
 //     structures (the AK public area canonically encoded), the quote a
 //     TPM-generated TPMS_ATTEST of type quote, PCR indices 0..23 with
 //     32-byte values, a systemd log only with a firmware log, the PCR
@@ -132,7 +133,7 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 //     evidence carries (MALFORMED), and their values must hash to the
 //     quoted PCR digest (PCR_MISMATCH).
 //  7. Event logs (MALFORMED, EVENT_LOG_MISMATCH), when the evidence has a
-//     firmware log: replayed against the quoted PCRs (verifyBoot lists
+//     firmware log: replayed against the quoted PCRs (bootlog.Replay lists
 //     its checks) into State.Boot.
 //
 // The cheapest refusal comes first: evidence replayed on another session
@@ -303,7 +304,7 @@ func verifyQuoteSignature(ev *evidence) error {
 
 // checkQuotedPCRs is step 6 of Verify.
 func checkQuotedPCRs(ev *evidence) error {
-	quoted, err := selected(ev.quoteInfo.PCRSelect)
+	quoted, err := wire.Selected(ev.quoteInfo.PCRSelect)
 	if err != nil {
 		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "quote pcr selection: %w", err)
 	}
@@ -311,7 +312,7 @@ func checkQuotedPCRs(ev *evidence) error {
 	if !slices.Equal(quoted, sent) {
 		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "quote selects pcrs %v, evidence carries %v", quoted, sent)
 	}
-	if !bytes.Equal(pcrDigest(sent, ev.pcrs), ev.quoteInfo.PCRDigest.Buffer) {
+	if !bytes.Equal(wire.PCRDigest(sent, ev.pcrs), ev.quoteInfo.PCRDigest.Buffer) {
 		return attest.Refuse(latchkeyv1.Reason_PCR_MISMATCH, "pcr values do not hash to the quoted digest")
 	}
 	return nil

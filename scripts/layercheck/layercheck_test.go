@@ -16,6 +16,15 @@
 //     is named in contractTests: those tests run one side against the
 //     other's real code (an agent against the assembled verifier), which
 //     is the point of them.
+//   - Each evidence variant keeps its two halves apart (sideRules): the
+//     validator (attest/<variant>, the verifier's half), the issuer
+//     (attest/<variant>/issuer, the agent's half), what both read
+//     (attest/<variant>/wire) and other shared packages beside them. The
+//     agent imports no validator, the verifier no issuer, an issuer no
+//     validator, nothing else under attest/ an issuer, and a wire
+//     package neither. Tests may cross: a validator's tests judge real
+//     issuers' evidence. scripts/test.sh checks the same of what each
+//     binary links, transitively.
 //
 // It holds no code outside its tests.
 package layercheck
@@ -59,6 +68,77 @@ var contractTests = map[string][]string{
 	"verifier/app":                   {"agent/ticket"},
 	"verifier/cmd/latchkey-verifier": {"agent/ticket"},
 	"verifier/service":               {"agent/ticket"},
+}
+
+// sideRule forbids non-test imports from packages of one kind to
+// packages of another. A package's kind is its side of a variant
+// (sideOf) when it has one, else its part (the top-level directory).
+type sideRule struct {
+	from, to []string
+	why      string
+}
+
+// The sides of an evidence variant's packages.
+const (
+	sideValidator = "validator" // attest/<variant>: the verifier's half
+	sideIssuer    = "issuer"    // attest/<variant>/issuer: the agent's half
+	sideWire      = "wire"      // attest/<variant>/wire: what both halves read
+	sideShared    = "shared"    // attest/<variant>/<other>: beside the halves
+)
+
+var sideRules = []sideRule{
+	{from: []string{"agent"}, to: []string{sideValidator}, why: "the agent links no validator"},
+	{from: []string{"verifier"}, to: []string{sideIssuer}, why: "the verifier links no issuer"},
+	{from: []string{sideIssuer, sideWire}, to: []string{sideValidator}, why: "the agent's half links no validator"},
+	{from: []string{sideValidator, sideWire, sideShared}, to: []string{sideIssuer}, why: "only the agent links an issuer"},
+}
+
+// notVariants are the packages directly under attest/ that are shared
+// by every variant rather than a variant's validator.
+var notVariants = map[string]bool{"atls": true, "attesttest": true}
+
+// sideOf names the side of a variant a package is on, "" for a package
+// outside every variant's folder and for a variant's test helpers
+// (tpmtest, snptest: they drive both halves, and scripts/test.sh keeps
+// them out of the binaries).
+func sideOf(p string) string {
+	parts := strings.Split(p, "/")
+	if parts[0] != "attest" || len(parts) < 2 || notVariants[parts[1]] || strings.HasSuffix(parts[len(parts)-1], "test") {
+		return ""
+	}
+	switch {
+	case len(parts) == 2:
+		return sideValidator
+	case parts[2] == "issuer":
+		return sideIssuer
+	case parts[2] == "wire":
+		return sideWire
+	}
+	return sideShared
+}
+
+func kind(p string) string {
+	if s := sideOf(p); s != "" {
+		return s
+	}
+	return part(p)
+}
+
+// sideViolations returns every non-test edge the side rules forbid.
+func sideViolations(edges []edge, rules []sideRule) []string {
+	var out []string
+	for _, e := range edges {
+		if e.test {
+			continue
+		}
+		for _, r := range rules {
+			if contains(r.from, kind(e.from)) && contains(r.to, kind(e.to)) {
+				out = append(out, fmt.Sprintf("%s (%s) imports %s (%s): %s", e.from, kind(e.from), e.to, kind(e.to), r.why))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // pkg is what `go list -json` says of one package.
@@ -151,6 +231,51 @@ func moduleEdges(t *testing.T) []edge {
 func TestLayerMap(t *testing.T) {
 	if v := violations(moduleEdges(t), layerRules, contractTests); len(v) > 0 {
 		t.Errorf("the layer map is broken (scripts/layercheck):\n  %s", strings.Join(v, "\n  "))
+	}
+}
+
+func TestSideMap(t *testing.T) {
+	if v := sideViolations(moduleEdges(t), sideRules); len(v) > 0 {
+		t.Errorf("a variant's halves are mixed (scripts/layercheck):\n  %s", strings.Join(v, "\n  "))
+	}
+}
+
+// TestSideViolationsFound checks the side rules on made-up edges: each
+// rule catches its edge, for any variant's folder; the same edge in a
+// test, and the imports the map allows, pass.
+func TestSideViolationsFound(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		e    edge
+		want string
+	}{
+		{"agent to validator", edge{"agent/app", "attest/tpm", false}, "agent/app (agent) imports attest/tpm (validator): the agent links no validator"},
+		{"agent to a new variant's validator", edge{"agent/app", "attest/tdx", false}, "agent/app (agent) imports attest/tdx (validator): the agent links no validator"},
+		{"verifier to issuer", edge{"verifier/app", "attest/snp/issuer", false}, "verifier/app (verifier) imports attest/snp/issuer (issuer): the verifier links no issuer"},
+		{"issuer to validator", edge{"attest/tpm/issuer", "attest/tpm", false}, "attest/tpm/issuer (issuer) imports attest/tpm (validator): the agent's half links no validator"},
+		{"issuer to another variant's validator", edge{"attest/tpm/issuer", "attest/snp", false}, "attest/tpm/issuer (issuer) imports attest/snp (validator): the agent's half links no validator"},
+		{"wire to validator", edge{"attest/snp/wire", "attest/snp", false}, "attest/snp/wire (wire) imports attest/snp (validator): the agent's half links no validator"},
+		{"validator to issuer", edge{"attest/tpm", "attest/tpm/issuer", false}, "attest/tpm (validator) imports attest/tpm/issuer (issuer): only the agent links an issuer"},
+		{"shared to issuer", edge{"attest/tpm/bootlog", "attest/tpm/issuer", false}, "attest/tpm/bootlog (shared) imports attest/tpm/issuer (issuer): only the agent links an issuer"},
+		{"validator test uses an issuer", edge{"attest/tpm", "attest/tpm/issuer", true}, ""},
+		{"verifier test uses an issuer", edge{"verifier/app", "attest/tpm/issuer", true}, ""},
+		{"agent to issuer", edge{"agent/app", "attest/tpm/issuer", false}, ""},
+		{"agent to shared", edge{"agent/app", "attest/tpm/bootlog", false}, ""},
+		{"verifier to validator", edge{"verifier/policy", "attest/snp", false}, ""},
+		{"issuer to wire", edge{"attest/snp/issuer", "attest/snp/wire", false}, ""},
+		{"agent to the contract", edge{"agent/app", "attest", false}, ""},
+		{"test helper to issuer", edge{"attest/tpm/tpmtest", "attest/tpm/issuer", false}, ""},
+		{"agent to atls", edge{"agent/ticket", "attest/atls", false}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := sideViolations([]edge{c.e}, sideRules)
+			switch {
+			case c.want == "" && len(got) != 0:
+				t.Fatalf("allowed edge refused: %v", got)
+			case c.want != "" && (len(got) != 1 || got[0] != c.want):
+				t.Fatalf("violations = %q, want %q", got, c.want)
+			}
+		})
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/strictyaml"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
@@ -154,7 +155,7 @@ func exported(body string) []string {
 // Prometheus itself.
 func TestMonitoringPackQueriesOnlyExportedMetrics(t *testing.T) {
 	sim := tpmtest.Start(t)
-	ref, err := tpm.Measure(context.Background(), sim.Device, testPCRs)
+	ref, err := tpmissuer.Measure(context.Background(), sim.Device, testPCRs)
 	if err != nil {
 		t.Fatal(err)
 	}

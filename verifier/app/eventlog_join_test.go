@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/predict"
@@ -22,7 +22,7 @@ import (
 // verifier/predict), the phase words as systemd 252 measures them.
 type ukiMachine struct {
 	sim   *tpmtest.Simulator
-	paths tpm.LogPaths
+	paths tpmissuer.LogPaths
 	log   *tpmtest.FirmwareLog
 }
 
@@ -38,9 +38,9 @@ func bootUKI(t testing.TB, sim *tpmtest.Simulator, u *predicttest.UKI, ukiDigest
 		sim.Extend(t, 11, []byte(w))
 	}
 	dir := t.TempDir()
-	m := &ukiMachine{sim: sim, log: l, paths: tpm.LogPaths{
+	m := &ukiMachine{sim: sim, log: l, paths: tpmissuer.LogPaths{
 		FirmwareEventLog: filepath.Join(dir, "binary_bios_measurements"),
-		SystemdEventLog:  tpm.NoLog, PCRSignature: tpm.NoLog,
+		SystemdEventLog:  tpmissuer.NoLog, PCRSignature: tpmissuer.NoLog,
 	}}
 	if err := os.WriteFile(m.paths.FirmwareEventLog, l.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
@@ -48,9 +48,9 @@ func bootUKI(t testing.TB, sim *tpmtest.Simulator, u *predicttest.UKI, ukiDigest
 	return m
 }
 
-func (m *ukiMachine) issuer(t testing.TB) *tpm.Issuer {
+func (m *ukiMachine) issuer(t testing.TB) *tpmissuer.Issuer {
 	t.Helper()
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: m.sim.Device, PCRs: testPCRs, Logs: m.paths})
+	iss, err := tpmissuer.New(tpmissuer.Config{Device: m.sim.Device, PCRs: testPCRs, Logs: m.paths})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,8 @@ import (
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/bootlog"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -41,10 +43,10 @@ func rewriteSections() []tpmtest.Section {
 }
 
 // logFiles writes a machine's log files and returns their paths.
-func logFiles(t *testing.T, fw, sd, sig []byte) tpm.LogPaths {
+func logFiles(t *testing.T, fw, sd, sig []byte) tpmissuer.LogPaths {
 	t.Helper()
 	dir := t.TempDir()
-	p := tpm.LogPaths{FirmwareEventLog: filepath.Join(dir, "binary_bios_measurements"), SystemdEventLog: tpm.NoLog, PCRSignature: tpm.NoLog}
+	p := tpmissuer.LogPaths{FirmwareEventLog: filepath.Join(dir, "binary_bios_measurements"), SystemdEventLog: tpmissuer.NoLog, PCRSignature: tpmissuer.NoLog}
 	write := func(name string, b []byte) string {
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, b, 0o600); err != nil {
@@ -62,9 +64,9 @@ func logFiles(t *testing.T, fw, sd, sig []byte) tpm.LogPaths {
 	return p
 }
 
-func logIssuer(t *testing.T, sim *tpmtest.Simulator, paths tpm.LogPaths) *tpm.Issuer {
+func logIssuer(t *testing.T, sim *tpmtest.Simulator, paths tpmissuer.LogPaths) *tpmissuer.Issuer {
 	t.Helper()
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device, PCRs: testPCRs, Logs: paths})
+	iss, err := tpmissuer.New(tpmissuer.Config{Device: sim.Device, PCRs: testPCRs, Logs: paths})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,7 @@ func logIssuer(t *testing.T, sim *tpmtest.Simulator, paths tpm.LogPaths) *tpm.Is
 
 // refusedWithDetail is refusedWith that also checks the detail the agent
 // got and that the audit line carries it.
-func (r *rig) refusedWithDetail(t *testing.T, paths tpm.LogPaths, want latchkeyv1.Reason, detail string) {
+func (r *rig) refusedWithDetail(t *testing.T, paths tpmissuer.LogPaths, want latchkeyv1.Reason, detail string) {
 	t.Helper()
 	iss := logIssuer(t, r.sim, paths)
 	_, err := r.agentOnce(t, iss).Get(context.Background(), worker())
@@ -113,7 +115,7 @@ func pcr11Signature(t *testing.T, stub [32]byte) (sig []byte, pubPEM string) {
 	}
 	var entries []entry
 	for i := range 4 {
-		pol := tpm.PolicyPCRDigest(tpm.ExtendPhase(stub, strings.Join(tpm.StandardPhases[:i+1], ":")))
+		pol := tpm.PolicyPCRDigest(bootlog.ExtendPhase(stub, strings.Join(bootlog.StandardPhases[:i+1], ":")))
 		h := sha256.Sum256(pol[:])
 		s, err := rsa.SignPKCS1v15(rand.Reader, k, crypto.SHA256, h[:])
 		if err != nil {
@@ -167,7 +169,7 @@ func TestTPMJoinCmdlineRewriteRefused(t *testing.T) {
 	sim := tpmtest.StartFresh(t)
 	l := tpmtest.OVMFLog(tpmtest.Boot{Firmware: "EDK II", UKI: rewriteUKI, Sections: rewriteSections(), Cmdline: cmdline, Passed: true})
 	l.Measure(t, sim)
-	for _, w := range tpm.StandardPhases[:3] {
+	for _, w := range bootlog.StandardPhases[:3] {
 		sim.Extend(t, 11, []byte(w))
 	}
 	pol := tpm.Policy{EKCARoots: sim.EKCARootsPEM, Boot: &tpm.BootPolicy{UKIs: []string{fmt.Sprintf("sha256:%x", rewriteUKI)},

@@ -24,6 +24,7 @@ import (
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
 	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/internal/localapi"
@@ -80,7 +81,7 @@ func (r *idRig) start(t *testing.T) {
 // tpmPolicy trusts sim's EK CA and its current PCR values.
 func tpmPolicy(t *testing.T, sim *tpmtest.Simulator) map[string]any {
 	t.Helper()
-	ref, err := tpm.Measure(context.Background(), sim.Device, testPCRs)
+	ref, err := tpmissuer.Measure(context.Background(), sim.Device, testPCRs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +90,7 @@ func tpmPolicy(t *testing.T, sim *tpmtest.Simulator) map[string]any {
 
 func tpmIssuer(t *testing.T, sim *tpmtest.Simulator) attest.Issuer {
 	t.Helper()
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device, PCRs: testPCRs})
+	iss, err := tpmissuer.New(tpmissuer.Config{Device: sim.Device, PCRs: testPCRs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/logtest"
 	"github.com/latchkey/latchkey/internal/pkitest"
@@ -67,7 +68,7 @@ type rigOpts struct {
 func newRig(t testing.TB, o rigOpts) *rig {
 	t.Helper()
 	sim := tpmtest.Start(t)
-	ref, err := tpm.Measure(context.Background(), sim.Device, testPCRs)
+	ref, err := tpmissuer.Measure(context.Background(), sim.Device, testPCRs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,9 +222,9 @@ func (r *rig) agentWith(t testing.TB, cfg ticket.Config) *ticket.Client {
 	return c
 }
 
-func (r *rig) issuer(t testing.TB) *tpm.Issuer {
+func (r *rig) issuer(t testing.TB) *tpmissuer.Issuer {
 	t.Helper()
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: r.sim.Device, PCRs: testPCRs})
+	iss, err := tpmissuer.New(tpmissuer.Config{Device: r.sim.Device, PCRs: testPCRs})
 	if err != nil {
 		t.Fatal(err)
 	}

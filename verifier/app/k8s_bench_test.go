@@ -15,6 +15,7 @@ import (
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/k8stest"
 	"github.com/latchkey/latchkey/internal/logtest"
@@ -27,7 +28,7 @@ import (
 func kubeRig(tb testing.TB) *rig {
 	env := k8stest.Load(tb)
 	sim := tpmtest.Start(tb)
-	ref, err := tpm.Measure(context.Background(), sim.Device, testPCRs)
+	ref, err := tpmissuer.Measure(context.Background(), sim.Device, testPCRs)
 	if err != nil {
 		tb.Fatal(err)
 	}

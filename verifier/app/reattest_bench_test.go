@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/logtest"
 	"github.com/latchkey/latchkey/verifier/binding"
@@ -14,9 +15,9 @@ import (
 
 // reattestRig is the assembled verifier in Kubernetes mode (fake
 // clientset, Lease binding store) with one node joined.
-func reattestRig(b *testing.B) (*rig, *tpm.Issuer) {
+func reattestRig(b *testing.B) (*rig, *tpmissuer.Issuer) {
 	sim := tpmtest.Start(b)
-	ref, err := tpm.Measure(context.Background(), sim.Device, testPCRs)
+	ref, err := tpmissuer.Measure(context.Background(), sim.Device, testPCRs)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/yamltest"
 )
@@ -18,7 +19,7 @@ import (
 // carry the shadow refusal with its reason.
 func TestShadowPolicyReportsWouldBeRefusal(t *testing.T) {
 	sim := tpmtest.Start(t)
-	ref, err := tpm.Measure(context.Background(), sim.Device, testPCRs)
+	ref, err := tpmissuer.Measure(context.Background(), sim.Device, testPCRs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/bootlog"
 )
 
 // Stub names a systemd-stub generation by the sections it measures into
@@ -97,15 +97,15 @@ func contains(list []string, s string) bool {
 func (u *UKI) StubPCR11() [sha256.Size]byte {
 	var v [sha256.Size]byte
 	for _, s := range u.Sections {
-		v = tpm.Extend(v, sha256.Sum256(append([]byte(s.Name), 0)))
-		v = tpm.Extend(v, sha256.Sum256(s.Data))
+		v = bootlog.Extend(v, sha256.Sum256(append([]byte(s.Name), 0)))
+		v = bootlog.Extend(v, sha256.Sum256(s.Data))
 	}
 	return v
 }
 
 // PCR11 is PCR 11 in phase (':'-separated words, "" right after the stub).
 func (u *UKI) PCR11(phase string) [sha256.Size]byte {
-	return tpm.ExtendPhase(u.StubPCR11(), phase)
+	return bootlog.ExtendPhase(u.StubPCR11(), phase)
 }
 
 // Cmdline is the UKI's built-in command line (.cmdline without trailing

@@ -15,8 +15,9 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	tpmwire "github.com/latchkey/latchkey/attest/tpm/wire"
 	"github.com/latchkey/latchkey/internal/sdnotify/sdnotifytest"
 	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/servingcert"
@@ -61,11 +62,11 @@ func sendMarker(t testing.TB, path string) {
 func startVerifier(t testing.TB, sim *tpmtest.Simulator) (string, string) {
 	t.Helper()
 	dir := t.TempDir()
-	ref, err := tpm.Measure(context.Background(), sim.Device, []int{0, 7})
+	ref, err := tpmissuer.Measure(context.Background(), sim.Device, []int{0, 7})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, _ := yaml.Marshal(map[string]any{"apiVersion": "latchkey/v1", "tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}})
+	pol, _ := yaml.Marshal(map[string]any{"apiVersion": "latchkey/v1", "tpm": tpmwire.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}})
 	os.WriteFile(filepath.Join(dir, "policy.yaml"), pol, 0o600)
 	secret := make([]byte, 32)
 	rand.Read(secret)

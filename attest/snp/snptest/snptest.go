@@ -27,6 +27,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/latchkey/latchkey/attest/snp"
+	snpissuer "github.com/latchkey/latchkey/attest/snp/issuer"
+	snpwire "github.com/latchkey/latchkey/attest/snp/wire"
 )
 
 var (
@@ -272,7 +274,7 @@ func (s *Signer) EvidenceWithoutTable(binding []byte, edits ...Edit) []byte {
 
 func (s *Signer) encode(report, table []byte) []byte {
 	s.tb.Helper()
-	ev, err := snp.EncodeEvidence(report, table)
+	ev, err := snpwire.EncodeEvidence(report, table)
 	if err != nil {
 		s.tb.Fatalf("snptest: %v", err)
 	}
@@ -310,7 +312,7 @@ func (s *Signer) Policy() snp.Policy {
 	o := s.opts
 	p := snp.Policy{
 		Measurements:        []string{hex.EncodeToString(o.Measurement)},
-		MinimumTCB:          snp.TCBFromVersion(uint64(s.tcb)),
+		MinimumTCB:          snpwire.TCBFromVersion(uint64(s.tcb)),
 		MinimumGuestSVN:     o.GuestSVN,
 		AllowMigrationAgent: o.GuestPolicy.MigrateMA,
 		AllowCXL:            o.GuestPolicy.CXLAllowed,
@@ -383,10 +385,10 @@ func (s *Signer) TcQuoteProvider(reportData ...[64]byte) *test.QuoteProvider {
 	return qp
 }
 
-// Issuer is an snp.Issuer over QuoteProvider.
-func (s *Signer) Issuer() *snp.Issuer {
+// Issuer is an snpissuer.Issuer over QuoteProvider.
+func (s *Signer) Issuer() *snpissuer.Issuer {
 	s.tb.Helper()
-	iss, err := snp.NewIssuer(snp.IssuerConfig{QuoteProvider: s.QuoteProvider()})
+	iss, err := snpissuer.New(snpissuer.Config{QuoteProvider: s.QuoteProvider()})
 	if err != nil {
 		s.tb.Fatalf("snptest: %v", err)
 	}

@@ -30,7 +30,7 @@ import (
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
 
-	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 )
 
 // tools are the programs Start needs; Debian ships them in swtpm and
@@ -48,7 +48,7 @@ const (
 
 // Simulator is one running swtpm process.
 type Simulator struct {
-	// Device is the address to give tpm.OpenDevice ("tcp://127.0.0.1:N").
+	// Device is the address to give tpmissuer.OpenDevice ("tcp://127.0.0.1:N").
 	Device string
 	// EKCARootsPEM holds the local CA's root and intermediate (issuing)
 	// certificates, PEM encoded. The TPM's NV index holds only the EK
@@ -340,7 +340,7 @@ func (s *Simulator) FillTransientSlots(t testing.TB, n int) []tpm2.TPMHandle {
 // busyTimeout and the test then fails saying why.
 func (s *Simulator) withTPM(t testing.TB, f func(transport.TPM) error) {
 	t.Helper()
-	tp, err := tpm.OpenDevice(s.Device)
+	tp, err := tpmissuer.OpenDevice(s.Device)
 	if err != nil {
 		t.Fatalf("tpmtest: %v", err)
 	}

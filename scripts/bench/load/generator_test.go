@@ -19,7 +19,7 @@ import (
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/atls"
-	"github.com/latchkey/latchkey/attest/snp"
+	snpissuer "github.com/latchkey/latchkey/attest/snp/issuer"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
 	"github.com/latchkey/latchkey/internal/benchtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
@@ -30,7 +30,7 @@ type fleet struct {
 	agents []*ticket.Client
 	// issuers[i] is agents[i]'s; addr and pin the verifier's (the storm
 	// makes a client per join from them).
-	issuers []*snp.Issuer
+	issuers []*snpissuer.Issuer
 	addr    string
 	pin     atls.Pin
 	// failedAttempts counts attempts the agents retried (none expected).
@@ -44,7 +44,7 @@ func newFleet(tb testing.TB, s *snptest.Signer, addr string, pin atls.Pin, n int
 	f := &fleet{addr: addr, pin: pin}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for range n {
-		iss, err := snp.NewIssuer(snp.IssuerConfig{QuoteProvider: s.QuoteProvider(), Logger: quiet})
+		iss, err := snpissuer.New(snpissuer.Config{QuoteProvider: s.QuoteProvider(), Logger: quiet})
 		if err != nil {
 			tb.Fatal(err)
 		}

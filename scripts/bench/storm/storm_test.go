@@ -24,9 +24,10 @@ import (
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
-	"github.com/latchkey/latchkey/attest/snp"
+	snpissuer "github.com/latchkey/latchkey/attest/snp/issuer"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
 	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/benchtest"
 	"github.com/latchkey/latchkey/internal/k8stest"
@@ -97,7 +98,7 @@ func runStorm(b *testing.B, env k8stest.Env) *result {
 	sims := tpmtest.StartSiblings(b, *flagTPM)
 	pol := map[string]any{"apiVersion": "latchkey/v1", "snp": base.Policy()}
 	if len(sims) > 0 {
-		ref, err := tpm.Measure(context.Background(), sims[0].Device, testPCRs)
+		ref, err := tpmissuer.Measure(context.Background(), sims[0].Device, testPCRs)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -110,7 +111,7 @@ func runStorm(b *testing.B, env k8stest.Env) *result {
 	nodes := make([]*node, 0, *flagSNP+len(sims))
 	nodes = append(nodes, snpNodes(b, run, *flagSNP, quiet)...)
 	for i, s := range sims {
-		iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: s.Device, PCRs: testPCRs})
+		iss, err := tpmissuer.New(tpmissuer.Config{Device: s.Device, PCRs: testPCRs})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -216,7 +217,7 @@ func snpNodes(b *testing.B, run string, n int, log *slog.Logger) []*node {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			s := snptest.NewWithOptions(b, snptest.Options{ChipID: chipID(run, i)})
-			iss, err := snp.NewIssuer(snp.IssuerConfig{QuoteProvider: s.QuoteProvider(), Logger: log})
+			iss, err := snpissuer.New(snpissuer.Config{QuoteProvider: s.QuoteProvider(), Logger: log})
 			if err != nil {
 				first.Set(err)
 				return

@@ -27,6 +27,7 @@ import (
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
 	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/etcdtest"
 	"github.com/latchkey/latchkey/internal/yamltest"
@@ -337,14 +338,14 @@ func TestEtcdReplicasStorm(t *testing.T) {
 	racers := max(n/20, 1)
 	sims := tpmtest.StartSiblings(t, 3)
 	pcrs := []int{0, 7}
-	ref, err := tpm.Measure(context.Background(), sims[0].Device, pcrs)
+	ref, err := tpmissuer.Measure(context.Background(), sims[0].Device, pcrs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	agents := snpAgents(t, n, racers)
 	f := newEtcdFleet(t, 3, map[string]any{"snp": snptest.New(t).Policy(), "tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sims[0].EKCARootsPEM}})
 	for i, sim := range sims {
-		iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device, PCRs: pcrs})
+		iss, err := tpmissuer.New(tpmissuer.Config{Device: sim.Device, PCRs: pcrs})
 		if err != nil {
 			t.Fatal(err)
 		}

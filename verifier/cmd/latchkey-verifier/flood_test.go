@@ -19,7 +19,7 @@ import (
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/atls"
-	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/internal/yamltest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -50,7 +50,7 @@ func rssOf(t *testing.T, pid int) int64 {
 type floodRig struct {
 	rep *replica
 	pin atls.Pin
-	iss *tpm.Issuer
+	iss *tpmissuer.Issuer
 }
 
 func newFloodRig(t *testing.T, perSource int) *floodRig {

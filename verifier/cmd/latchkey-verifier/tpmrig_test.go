@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/latchkey/latchkey/attest/tpm"
+	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/yamltest"
 )
@@ -19,21 +20,21 @@ import (
 type tpmRig struct {
 	dir    string
 	policy string
-	iss    *tpm.Issuer
+	iss    *tpmissuer.Issuer
 }
 
 func newTPMRig(t *testing.T) *tpmRig {
 	t.Helper()
 	sim := tpmtest.Start(t)
 	pcrs := []int{0, 7}
-	ref, err := tpm.Measure(context.Background(), sim.Device, pcrs)
+	ref, err := tpmissuer.Measure(context.Background(), sim.Device, pcrs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &tpmRig{dir: t.TempDir()}
 	r.policy = yamltest.Write(t, filepath.Join(r.dir, "policy.yaml"), map[string]any{"apiVersion": "latchkey/v1",
 		"tpm": tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM}})
-	r.iss, err = tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device, PCRs: pcrs})
+	r.iss, err = tpmissuer.New(tpmissuer.Config{Device: sim.Device, PCRs: pcrs})
 	if err != nil {
 		t.Fatal(err)
 	}

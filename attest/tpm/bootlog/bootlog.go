@@ -1,4 +1,4 @@
-package tpm
+package bootlog
 
 import (
 	"bytes"
@@ -19,15 +19,17 @@ import (
 	"github.com/google/go-eventlog/tcg"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/tpm/wire"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
 // PCRs systemd-stub and systemd measure into (systemd's TPM2 PCR
 // assignments).
 const (
-	pcrBootApps   = 4  // EFI boot applications (firmware)
-	pcrSecureBoot = 7  // Secure Boot state (firmware)
-	pcrKernel     = 11 // UKI sections (systemd-stub) and boot phases
+	pcrBootApps   = 4 // EFI boot applications (firmware)
+	pcrSecureBoot = 7 // Secure Boot state (firmware)
+	// PCRKernel holds the UKI sections (systemd-stub) and boot phases.
+	PCRKernel     = 11
 	pcrKernelArgs = 12 // command line, credentials (systemd-stub)
 )
 
@@ -73,26 +75,26 @@ func mismatch(format string, args ...any) error {
 	return attest.Refuse(latchkeyv1.Reason_EVENT_LOG_MISMATCH, format, args...)
 }
 
-// VerifyBoot replays a firmware and a systemd event log against PCR
-// values and returns what they verifiably say; it is Verify's step 6 and
-// what `latchkey-agent measure` runs on the machine's own PCRs. Every
-// failure is an *attest.Refusal (see verifyBoot for the checks).
-func VerifyBoot(pcrs map[int][sha256.Size]byte, firmwareLog, systemdLog []byte) (*Boot, error) {
+// Verify replays a firmware and a systemd event log against PCR values
+// and returns what they verifiably say; it is what `latchkey-agent
+// measure` runs on the machine's own PCRs. Every failure is an
+// *attest.Refusal (see Replay for the checks).
+func Verify(pcrs map[int][sha256.Size]byte, firmwareLog, systemdLog []byte) (*Boot, error) {
 	raw := make(map[int][]byte, len(pcrs))
 	for p, v := range pcrs {
 		raw[p] = v[:]
 	}
-	return verifyBoot(raw, firmwareLog, systemdLog)
+	return Replay(raw, firmwareLog, systemdLog)
 }
 
-// verifyBoot replays the event logs against the quoted PCRs and returns
+// Replay is the TPM validator's event-log step: it replays the event logs against the quoted PCRs and returns
 // what they verifiably say (Boot's doc comment states the rule and the
 // events interpreted). Its checks, in order:
 //
 //  1. Decoding (MALFORMED): the firmware log is a TCG2 crypto-agile log
 //     with SHA-256 digests (go-eventlog's parser) of at most
-//     MaxFirmwareLogSize bytes and maxFirmwareEvents events; the systemd
-//     log decodes (decodeSystemdLog).
+//     wire.MaxFirmwareLogSize bytes and wire.MaxFirmwareEvents events; the systemd
+//     log decodes (wire.DecodeSystemdLog).
 //  2. Coverage (EVENT_LOG_MISMATCH): no systemd record extends a
 //     firmware PCR (0-7), and every PCR either log extends must be
 //     quoted, so no measurement escapes the replay.
@@ -111,7 +113,7 @@ func VerifyBoot(pcrs map[int][sha256.Size]byte, firmwareLog, systemdLog []byte) 
 //     and end with its contents.
 //
 // The returned Boot holds only values of events that replayed.
-func verifyBoot(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
+func Replay(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 	defer func() { // go-eventlog panics on some unknown event types
 		if r := recover(); r != nil {
 			b, err = nil, attest.Refuse(latchkeyv1.Reason_MALFORMED, "firmware event log: malformed event")
@@ -122,12 +124,12 @@ func verifyBoot(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 		return nil, attest.Refuse(latchkeyv1.Reason_MALFORMED, "%w", err)
 	}
 	byPCR := groupByPCR(raw)
-	sdByPCR := map[int][]sdEvent{}
+	sdByPCR := map[int][]wire.SystemdEvent{}
 	for i, e := range sd {
-		if e.pcr <= pcrSecureBoot {
-			return nil, mismatch("systemd event log record %d extends pcr %d, which only firmware measures", i, e.pcr)
+		if e.PCR <= pcrSecureBoot {
+			return nil, mismatch("systemd event log record %d extends pcr %d, which only firmware measures", i, e.PCR)
 		}
-		sdByPCR[e.pcr] = append(sdByPCR[e.pcr], e)
+		sdByPCR[e.PCR] = append(sdByPCR[e.PCR], e)
 	}
 	touched := slices.Sorted(maps.Keys(byPCR))
 	for p := range sdByPCR {
@@ -144,7 +146,7 @@ func verifyBoot(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 	var fwOnly []register.MR
 	var own []int
 	for _, p := range touched {
-		if _, both := sdByPCR[p]; both || p == pcrBootApps || p == pcrKernel || p == pcrKernelArgs {
+		if _, both := sdByPCR[p]; both || p == pcrBootApps || p == PCRKernel || p == pcrKernelArgs {
 			own = append(own, p)
 			continue
 		}
@@ -164,7 +166,7 @@ func verifyBoot(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if p == pcrKernel {
+		if p == PCRKernel {
 			phaseSuffix = suffix
 		}
 	}
@@ -173,8 +175,8 @@ func verifyBoot(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 		return nil, err
 	}
 	b.extractApplications(recs[pcrBootApps])
-	if _, ok := recs[pcrKernel]; ok {
-		if err := b.interpretKernel(recs[pcrKernel], phaseSuffix); err != nil {
+	if _, ok := recs[PCRKernel]; ok {
+		if err := b.interpretKernel(recs[PCRKernel], phaseSuffix); err != nil {
 			return nil, err
 		}
 	}
@@ -182,9 +184,9 @@ func verifyBoot(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 	return b, nil
 }
 
-func decodeLogs(fwLog, sdLog []byte) (*tcg.EventLog, []tcg.Event, []sdEvent, error) {
-	if len(fwLog) > MaxFirmwareLogSize {
-		return nil, nil, nil, fmt.Errorf("firmware event log has %d bytes, limit %d", len(fwLog), MaxFirmwareLogSize)
+func decodeLogs(fwLog, sdLog []byte) (*tcg.EventLog, []tcg.Event, []wire.SystemdEvent, error) {
+	if len(fwLog) > wire.MaxFirmwareLogSize {
+		return nil, nil, nil, fmt.Errorf("firmware event log has %d bytes, limit %d", len(fwLog), wire.MaxFirmwareLogSize)
 	}
 	el, err := tcg.ParseEventLog(fwLog, tcg.ParseOpts{})
 	if err != nil {
@@ -194,20 +196,20 @@ func decodeLogs(fwLog, sdLog []byte) (*tcg.EventLog, []tcg.Event, []sdEvent, err
 		return nil, nil, nil, errors.New("firmware event log has no sha256 digests")
 	}
 	raw := el.Events(register.HashSHA256)
-	if len(raw) > maxFirmwareEvents {
-		return nil, nil, nil, fmt.Errorf("firmware event log has %d events, limit %d", len(raw), maxFirmwareEvents)
+	if len(raw) > wire.MaxFirmwareEvents {
+		return nil, nil, nil, fmt.Errorf("firmware event log has %d events, limit %d", len(raw), wire.MaxFirmwareEvents)
 	}
 	for i, e := range raw {
 		if e.Type != tcg.NoAction && len(e.Digest) != sha256.Size {
 			return nil, nil, nil, fmt.Errorf("firmware event log event %d (pcr %d) has no sha256 digest", i, e.Index)
 		}
-		if e.Index < 0 || e.Index > maxPCR {
+		if e.Index < 0 || e.Index > wire.MaxPCR {
 			return nil, nil, nil, fmt.Errorf("firmware event log event %d names pcr %d", i, e.Index)
 		}
 	}
-	var sd []sdEvent
+	var sd []wire.SystemdEvent
 	if len(sdLog) > 0 {
-		if sd, err = decodeSystemdLog(sdLog); err != nil {
+		if sd, err = wire.DecodeSystemdLog(sdLog); err != nil {
 			return nil, nil, nil, err
 		}
 	}
@@ -272,13 +274,13 @@ func (r record) verified() bool { return sha256.Sum256(r.data) == r.digest }
 
 // records lists a PCR's extensions in measured order: firmware events,
 // then systemd's (systemd only measures after the firmware is done).
-func records(fw []tcg.Event, sd []sdEvent) []record {
+func records(fw []tcg.Event, sd []wire.SystemdEvent) []record {
 	out := make([]record, 0, len(fw)+len(sd))
 	for _, e := range fw {
 		out = append(out, record{digest: [sha256.Size]byte(e.Digest), data: e.Data})
 	}
 	for _, e := range sd {
-		out = append(out, record{digest: e.digest, data: []byte(e.content)})
+		out = append(out, record{digest: e.Digest, data: []byte(e.Content)})
 	}
 	return out
 }
@@ -294,7 +296,7 @@ func replayOwn(p int, quoted []byte, recs []record, withSystemd bool) (string, e
 	if bytes.Equal(v[:], quoted) {
 		return "", nil
 	}
-	if p == pcrKernel {
+	if p == PCRKernel {
 		for _, phase := range candidatePhases() {
 			if got := ExtendPhase(v, phase); bytes.Equal(got[:], quoted) {
 				return phase, nil
@@ -391,7 +393,7 @@ func (b *Boot) interpretKernel(recs []record, suffix string) error {
 			words = append(words, w)
 			continue
 		}
-		b.Unexplained = append(b.Unexplained, Measurement{PCR: pcrKernel, Index: j + 1, Digest: recs[j].digest})
+		b.Unexplained = append(b.Unexplained, Measurement{PCR: PCRKernel, Index: j + 1, Digest: recs[j].digest})
 	}
 	if suffix != "" {
 		words = append(words, strings.Split(suffix, ":")...)
@@ -458,4 +460,35 @@ func decodeText(b []byte) string {
 		return string(utf16.Decode(u))
 	}
 	return string(b)
+}
+
+// UKIByLogOrder is the index in the PCR 4 applications of the last one
+// the firmware log shows before systemd-stub's first PCR 11 measurement,
+// or -1. The order of events across PCRs is not measured, so only the
+// machine itself, reading its own log, may use it (`latchkey-agent
+// measure`); the verifier never does.
+func UKIByLogOrder(fwLog []byte) int {
+	el, err := tcg.ParseEventLog(fwLog, tcg.ParseOpts{})
+	if err != nil {
+		return -1
+	}
+	uki, n := -1, 0
+	for _, e := range el.Events(register.HashSHA256) {
+		if e.Type == tcg.NoAction || len(e.Digest) != sha256.Size {
+			continue
+		}
+		if e.Index == PCRKernel {
+			return uki
+		}
+		if e.Index != pcrBootApps {
+			continue
+		}
+		switch [sha256.Size]byte(e.Digest) {
+		case digestCallingApp, digestReturningApp, digestSeparator, digestSeparatorErr:
+		default:
+			uki = n
+			n++
+		}
+	}
+	return -1
 }

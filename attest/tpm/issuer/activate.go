@@ -1,4 +1,4 @@
-package tpm
+package issuer
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-tpm/tpm2/transport"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/latchkey/latchkey/attest/tpm/wire"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -43,14 +44,14 @@ func (a *attestation) Respond(ctx context.Context, payload []byte) ([]byte, erro
 
 // decodeChallenge size-checks and parses a challenge from the network.
 func decodeChallenge(payload []byte) (*latchkeyv1.TPMChallenge, error) {
-	if len(payload) > MaxChallengeSize {
-		return nil, fmt.Errorf("challenge has %d bytes, limit %d", len(payload), MaxChallengeSize)
+	if len(payload) > wire.MaxChallengeSize {
+		return nil, fmt.Errorf("challenge has %d bytes, limit %d", len(payload), wire.MaxChallengeSize)
 	}
 	ch := &latchkeyv1.TPMChallenge{}
 	if err := proto.Unmarshal(payload, ch); err != nil {
 		return nil, fmt.Errorf("parse challenge: %w", err)
 	}
-	if n, m := len(ch.CredentialBlob), len(ch.EncryptedSecret); n == 0 || m == 0 || n > maxStructSize || m > maxStructSize {
+	if n, m := len(ch.CredentialBlob), len(ch.EncryptedSecret); n == 0 || m == 0 || n > wire.MaxStructSize || m > wire.MaxStructSize {
 		return nil, errors.New("challenge fields empty or too large")
 	}
 	return ch, nil

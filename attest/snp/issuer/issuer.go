@@ -1,4 +1,4 @@
-package snp
+package issuer
 
 import (
 	"bytes"
@@ -13,12 +13,13 @@ import (
 	spb "github.com/google/go-sev-guest/proto/sevsnp"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/snp/wire"
 	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
-// IssuerConfig configures NewIssuer and Measure.
-type IssuerConfig struct {
+// Config configures New and Measure.
+type Config struct {
 	// QuoteProvider gets reports. nil selects the platform's through
 	// go-sev-guest: configfs-tsm on current kernels, else /dev/sev-guest.
 	// Tests inject go-sev-guest's test provider (see snptest).
@@ -40,9 +41,9 @@ type Issuer struct {
 
 var _ attest.Issuer = (*Issuer)(nil)
 
-// NewIssuer returns an issuer over cfg's quote provider, failing when the
+// New returns an issuer over cfg's quote provider, failing when the
 // machine offers no SEV-SNP guest interface.
-func NewIssuer(cfg IssuerConfig) (*Issuer, error) {
+func New(cfg Config) (*Issuer, error) {
 	qp := cfg.QuoteProvider
 	if qp == nil {
 		var err error
@@ -89,7 +90,7 @@ func (i *Issuer) Attest(ctx context.Context, binding []byte) (attest.Attestation
 	if err != nil {
 		return nil, err
 	}
-	ev, err := EncodeEvidence(report, table)
+	ev, err := wire.EncodeEvidence(report, table)
 	if err != nil {
 		return nil, fmt.Errorf("snp: %w", err)
 	}
@@ -142,14 +143,14 @@ func (a *attestation) Respond(context.Context, []byte) ([]byte, error) {
 
 func (a *attestation) Close() error { return nil }
 
-// Measure reads this guest's current report and returns the Policy that
+// Measure reads this guest's current report and returns the wire.Policy that
 // accepts exactly this guest: its measurement, its TCB as the minimum, its
 // guest SVN, VMPL, migration agent, CXL and SMT settings, and its ID block
 // and host data when set. It does not verify the report (it never leaves
 // the machine); `latchkey-agent measure` prints it as a golden snippet.
 // A guest launched with DEBUG would still be refused by every policy.
-func Measure(ctx context.Context, cfg IssuerConfig) (*Policy, error) {
-	iss, err := NewIssuer(cfg)
+func Measure(ctx context.Context, cfg Config) (*wire.Policy, error) {
+	iss, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -165,8 +166,8 @@ func Measure(ctx context.Context, cfg IssuerConfig) (*Policy, error) {
 	return policyOf(r)
 }
 
-// policyOf is the Policy accepting exactly report r.
-func policyOf(r *spb.Report) (*Policy, error) {
+// policyOf is the wire.Policy accepting exactly report r.
+func policyOf(r *spb.Report) (*wire.Policy, error) {
 	gp, err := abi.ParseSnpPolicy(r.GetPolicy())
 	if err != nil {
 		return nil, fmt.Errorf("snp: guest policy: %w", err)
@@ -176,9 +177,9 @@ func policyOf(r *spb.Report) (*Policy, error) {
 		return nil, fmt.Errorf("snp: signer info: %w", err)
 	}
 	info, _ := abi.ParseSnpPlatformInfo(r.GetPlatformInfo())
-	p := &Policy{
+	p := &wire.Policy{
 		Measurements:        []string{hex.EncodeToString(r.GetMeasurement())},
-		MinimumTCB:          TCBFromVersion(r.GetReportedTcb()),
+		MinimumTCB:          wire.TCBFromVersion(r.GetReportedTcb()),
 		MinimumGuestSVN:     r.GetGuestSvn(),
 		AllowMigrationAgent: gp.MigrateMA,
 		AllowCXL:            gp.CXLAllowed,
@@ -189,7 +190,7 @@ func policyOf(r *spb.Report) (*Policy, error) {
 		HostData:            nonZeroHex(r.GetHostData()),
 	}
 	if info.SMTEnabled {
-		p.SMT = SMTAllowed
+		p.SMT = wire.SMTAllowed
 	}
 	if signer.AuthorKeyEn {
 		p.AuthorKeyDigests = nonZeroHex(r.GetAuthorKeyDigest())
@@ -198,7 +199,7 @@ func policyOf(r *spb.Report) (*Policy, error) {
 }
 
 func nonZeroHex(b []byte) []string {
-	if allZero(b) {
+	if bytes.Equal(b, make([]byte, len(b))) {
 		return nil
 	}
 	return []string{hex.EncodeToString(b)}

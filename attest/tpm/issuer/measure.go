@@ -1,29 +1,32 @@
-package tpm
+package issuer
 
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"slices"
 
-	"github.com/google/go-eventlog/register"
-	"github.com/google/go-eventlog/tcg"
 	"github.com/google/go-tpm/tpm2"
+
+	"github.com/latchkey/latchkey/attest/atls"
+	"github.com/latchkey/latchkey/attest/tpm/bootlog"
+	"github.com/latchkey/latchkey/attest/tpm/wire"
 )
 
-// Measure returns a Policy describing the machine it runs on: the current
-// SHA-256 values of pcrs (DefaultPCRs when empty) and the hash of its EK,
+// Measure returns a wire.Policy describing the machine it runs on: the current
+// SHA-256 values of pcrs (wire.DefaultPCRs when empty) and the hash of its EK,
 // for `latchkey-agent measure` to print as a policy snippet an image
 // builder pastes into the verifier's policy. It trusts the EK by hash; an
 // operator whose TPMs carry EK certificates may swap that for ekCARoots.
-func Measure(ctx context.Context, device string, pcrs []int) (*Policy, error) {
+func Measure(ctx context.Context, device string, pcrs []int) (*wire.Policy, error) {
 	if len(pcrs) == 0 {
-		pcrs = DefaultPCRs
+		pcrs = wire.DefaultPCRs
 	}
-	if err := checkPCRs(pcrs); err != nil {
+	if err := wire.CheckPCRs(pcrs); err != nil {
 		return nil, fmt.Errorf("tpm measure: %w", err)
 	}
 	c, err := open(device)
@@ -42,7 +45,7 @@ func Measure(ctx context.Context, device string, pcrs []int) (*Policy, error) {
 	return p, nil
 }
 
-func measure(c *tpmConn, pcrs []int) (*Policy, error) {
+func measure(c *tpmConn, pcrs []int) (*wire.Policy, error) {
 	values, err := readPCRs(c, pcrs)
 	if err != nil {
 		return nil, err
@@ -55,36 +58,49 @@ func measure(c *tpmConn, pcrs []int) (*Policy, error) {
 	if err = errors.Join(err, flush(c, ek)); err != nil {
 		return nil, err
 	}
-	p := &Policy{PCRs: make(map[int][]string, len(values)), EKPublicKeyHashes: []string{ekHash}}
+	p := &wire.Policy{PCRs: make(map[int][]string, len(values)), EKPublicKeyHashes: []string{ekHash}}
 	for idx, v := range values {
 		p.PCRs[idx] = []string{hex.EncodeToString(v)}
 	}
 	return p, nil
 }
 
-// ekHashOf is the "sha256:<hex>" SPKI hash of an EK public area, as
-// trustEK computes it.
+// ekHashOf is the "sha256:<hex>" SPKI hash of an EK public area, as the
+// validator computes it (ekPublicKeyHashes). The area comes from this
+// machine's own TPM, so nothing here checks it: the verifier does when
+// the EK is presented.
 func ekHashOf(raw []byte) (string, error) {
-	pub, err := parseCanonical[tpm2.TPMTPublic](raw, "ek public")
+	pub, err := tpm2.Unmarshal[tpm2.TPMTPublic](raw)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("ek public: %w", err)
 	}
-	key, err := ekKey(pub)
+	params, err := pub.Parameters.RSADetail()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("ek parameters: %w", err)
 	}
-	h, err := keyHash(key)
+	n, err := pub.Unique.RSA()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("ek modulus: %w", err)
 	}
-	return h.String(), nil
+	key, err := tpm2.RSAPub(params, n)
+	if err != nil {
+		return "", fmt.Errorf("ek key: %w", err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(key)
+	if err != nil {
+		return "", fmt.Errorf("marshal ek: %w", err)
+	}
+	return atls.Pin(sha256.Sum256(der)).String(), nil
 }
 
+// digestName spells a digest as the policy document does.
+func digestName(d [sha256.Size]byte) string { return "sha256:" + hex.EncodeToString(d[:]) }
+
 // MeasureBoot is the component view of the machine it runs on: its event
-// logs replayed against its current PCRs (VerifyBoot), and the component
+// logs replayed against its current PCRs (bootlog.Verify), and the component
 // policy that admits exactly it. It returns nils and no error when the
 // machine has no firmware event log.
-func MeasureBoot(ctx context.Context, device string, paths LogPaths) (*Boot, *BootPolicy, error) {
+func MeasureBoot(ctx context.Context, device string, paths LogPaths) (*bootlog.Boot, *wire.BootPolicy, error) {
 	l, err := readLogs(paths.withDefaults())
 	if err != nil {
 		return nil, nil, fmt.Errorf("tpm measure: %w", err)
@@ -113,22 +129,22 @@ func MeasureBoot(ctx context.Context, device string, paths LogPaths) (*Boot, *Bo
 	for p, v := range values {
 		pcrs[p] = [32]byte(v)
 	}
-	b, err := VerifyBoot(pcrs, l.fw, l.sd)
+	b, err := bootlog.Verify(pcrs, l.fw, l.sd)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tpm measure: %w", err)
 	}
-	return b, componentPolicy(b, ukiByLogOrder(l.fw)), nil
+	return b, componentPolicy(b, bootlog.UKIByLogOrder(l.fw)), nil
 }
 
 // componentPolicy is the component policy that admits exactly b: its
 // boot loaders and UKI, its passed command line, its Secure Boot state and
 // db, and its boot phase. uki is the index in b.Applications of the UKI
-// (-1: none), which only the machine's own log order tells (ukiByLogOrder);
+// (-1: none), which only the machine's own log order tells (bootlog.UKIByLogOrder);
 // the verifier never reads that order. The UKI's built-in .cmdline is only
 // known by digest, so with a passed command line an operator adds the
 // UKI's text (`latchkey-verifier policy predict` prints it).
-func componentPolicy(b *Boot, uki int) *BootPolicy {
-	p := &BootPolicy{}
+func componentPolicy(b *bootlog.Boot, uki int) *wire.BootPolicy {
+	p := &wire.BootPolicy{}
 	for i, a := range b.Applications {
 		switch {
 		case i == uki:
@@ -153,34 +169,4 @@ func componentPolicy(b *Boot, uki int) *BootPolicy {
 		p.PCR11Phases = []string{b.Phase}
 	}
 	return p
-}
-
-// ukiByLogOrder is the index in the PCR 4 applications of the last one
-// the firmware log shows before systemd-stub's first PCR 11 measurement,
-// or -1. The order of events across PCRs is not measured, so only the
-// machine itself, reading its own log, may use it.
-func ukiByLogOrder(fwLog []byte) int {
-	el, err := tcg.ParseEventLog(fwLog, tcg.ParseOpts{})
-	if err != nil {
-		return -1
-	}
-	uki, n := -1, 0
-	for _, e := range el.Events(register.HashSHA256) {
-		if e.Type == tcg.NoAction || len(e.Digest) != sha256.Size {
-			continue
-		}
-		if e.Index == pcrKernel {
-			return uki
-		}
-		if e.Index != pcrBootApps {
-			continue
-		}
-		switch [sha256.Size]byte(e.Digest) {
-		case digestCallingApp, digestReturningApp, digestSeparator, digestSeparatorErr:
-		default:
-			uki = n
-			n++
-		}
-	}
-	return -1
 }

@@ -1,4 +1,4 @@
-package tpm_test
+package issuer_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-tpm/tpm2"
 
 	"github.com/latchkey/latchkey/attest"
-	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestFlushStaleRecoversFromLeakedObjects(t *testing.T) {
 	sim := tpmtest.Start(t)
 	leak(t, sim.Device)
-	iss, err := tpm.NewIssuer(tpm.IssuerConfig{Device: sim.Device, PCRs: []int{0}, Logs: tpm.LogPaths{FirmwareEventLog: "-", SystemdEventLog: "-", PCRSignature: "-"}})
+	iss, err := issuer.New(issuer.Config{Device: sim.Device, PCRs: []int{0}, Logs: issuer.LogPaths{FirmwareEventLog: "-", SystemdEventLog: "-", PCRSignature: "-"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestFlushStaleRecoversFromLeakedObjects(t *testing.T) {
 	if !errors.Is(err, attest.ErrDevice) || !errors.Is(err, tpm2.TPMRCObjectMemory) {
 		t.Fatalf("attest on a full TPM: %v, want a device error (TPM_RC_OBJECT_MEMORY)", err)
 	}
-	n, err := tpm.FlushStale(sim.Device)
+	n, err := issuer.FlushStale(sim.Device)
 	if err != nil || n < 3 {
 		t.Fatalf("FlushStale flushed %d objects, err %v; want the leaked ones", n, err)
 	}
@@ -36,13 +36,13 @@ func TestFlushStaleRecoversFromLeakedObjects(t *testing.T) {
 		t.Fatalf("attest after the flush: %v", err)
 	}
 	a.Close()
-	if n, err := tpm.FlushStale(sim.Device); err != nil || n != 0 {
+	if n, err := issuer.FlushStale(sim.Device); err != nil || n != 0 {
 		t.Fatalf("a second flush found %d objects (err %v): the attestation leaked", n, err)
 	}
 }
 
 func TestFlushStaleLeavesTheResourceManagerAlone(t *testing.T) {
-	if n, err := tpm.FlushStale("/dev/tpmrm0"); n != 0 || err != nil {
+	if n, err := issuer.FlushStale("/dev/tpmrm0"); n != 0 || err != nil {
 		t.Fatalf("FlushStale(/dev/tpmrm0) = %d, %v", n, err)
 	}
 }
@@ -52,7 +52,7 @@ func TestFlushStaleLeavesTheResourceManagerAlone(t *testing.T) {
 func leak(t *testing.T, device string) {
 	t.Helper()
 	for i := 0; ; i++ {
-		c, err := tpm.OpenDevice(device)
+		c, err := issuer.OpenDevice(device)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,8 @@
-package snp_test
+package issuer_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"reflect"
 	"testing"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/snp"
+	"github.com/latchkey/latchkey/attest/snp/issuer"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
+	"github.com/latchkey/latchkey/attest/snp/wire"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -28,7 +31,7 @@ func TestIssuerEvidenceValidates(t *testing.T) {
 		t.Fatalf("Attest: %v", err)
 	}
 	defer a.Close()
-	ev, err := snp.DecodeEvidence(a.Evidence())
+	ev, err := wire.DecodeEvidence(a.Evidence())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +57,7 @@ func TestIssuerWithGoSevGuestTestProvider(t *testing.T) {
 	binding := newBinding(t)
 	var data [64]byte
 	copy(data[:], binding)
-	iss, err := snp.NewIssuer(snp.IssuerConfig{QuoteProvider: s.TcQuoteProvider(data)})
+	iss, err := issuer.New(issuer.Config{QuoteProvider: s.TcQuoteProvider(data)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +78,7 @@ func TestIssuerWithGoSevGuestTestProvider(t *testing.T) {
 func TestIssuerVMPL(t *testing.T) {
 	s := snptest.New(t)
 	vmpl := uint(1)
-	iss, err := snp.NewIssuer(snp.IssuerConfig{QuoteProvider: s.QuoteProvider(), VMPL: &vmpl})
+	iss, err := issuer.New(issuer.Config{QuoteProvider: s.QuoteProvider(), VMPL: &vmpl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,15 +96,15 @@ func TestIssuerVMPL(t *testing.T) {
 		t.Errorf("VMPL 1 report against vmpls [0, 1]: %v", err)
 	}
 	bad := uint(4)
-	if _, err := snp.NewIssuer(snp.IssuerConfig{QuoteProvider: s.QuoteProvider(), VMPL: &bad}); err == nil {
-		t.Error("NewIssuer accepted VMPL 4")
+	if _, err := issuer.New(issuer.Config{QuoteProvider: s.QuoteProvider(), VMPL: &bad}); err == nil {
+		t.Error("New accepted VMPL 4")
 	}
 }
 
-func TestAvailableMatchesNewIssuer(t *testing.T) {
-	_, err := snp.NewIssuer(snp.IssuerConfig{})
-	if got := snp.Available(); got != (err == nil) {
-		t.Errorf("Available() = %v but NewIssuer with the platform provider: %v", got, err)
+func TestAvailableMatchesNew(t *testing.T) {
+	_, err := issuer.New(issuer.Config{})
+	if got := issuer.Available(); got != (err == nil) {
+		t.Errorf("Available() = %v but New with the platform provider: %v", got, err)
 	}
 }
 
@@ -115,16 +118,16 @@ func TestMeasurePolicyAcceptsTheGuest(t *testing.T) {
 		GuestSVN: 3, PlatformInfo: 1, HostData: hostData,
 		GuestPolicy: abi.SnpPolicy{SMT: true, MigrateMA: true},
 	})
-	p, err := snp.Measure(context.Background(), snp.IssuerConfig{QuoteProvider: s.QuoteProvider()})
+	p, err := issuer.Measure(context.Background(), issuer.Config{QuoteProvider: s.QuoteProvider()})
 	if err != nil {
 		t.Fatalf("Measure: %v", err)
 	}
-	want := snp.Policy{
+	want := wire.Policy{
 		Measurements:        []string{hex.EncodeToString(snptest.DefaultMeasurement)},
-		MinimumTCB:          snp.TCBFromVersion(s.TCB()),
+		MinimumTCB:          wire.TCBFromVersion(s.TCB()),
 		MinimumGuestSVN:     3,
 		AllowMigrationAgent: true,
-		SMT:                 snp.SMTAllowed,
+		SMT:                 wire.SMTAllowed,
 		VMPLs:               []uint32{0},
 		HostData:            []string{hex.EncodeToString(hostData)},
 	}
@@ -135,7 +138,7 @@ func TestMeasurePolicyAcceptsTheGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back snp.Policy
+	var back wire.Policy
 	if err := yaml.UnmarshalStrict(y, &back); err != nil || !reflect.DeepEqual(back, *p) {
 		t.Fatalf("YAML round trip: %v\n%s", err, y)
 	}
@@ -144,4 +147,23 @@ func TestMeasurePolicyAcceptsTheGuest(t *testing.T) {
 	if _, err := attest.Validate(context.Background(), newValidator(t, back, nil), s.Evidence(binding), binding, nil); err != nil {
 		t.Fatalf("measured policy refuses its own guest: %v", err)
 	}
+}
+
+func newBinding(t testing.TB) []byte {
+	t.Helper()
+	b := make([]byte, attest.BindingSize)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// newValidator is the verifier's half, which judges what the issuer made.
+func newValidator(t testing.TB, p wire.Policy, c *snp.Collateral) *snp.Validator {
+	t.Helper()
+	v, err := snp.NewValidator(p, c)
+	if err != nil {
+		t.Fatalf("NewValidator: %v", err)
+	}
+	return v
 }

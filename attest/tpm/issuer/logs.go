@@ -1,4 +1,4 @@
-package tpm
+package issuer
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-eventlog/register"
 	"github.com/google/go-eventlog/tcg"
+
+	"github.com/latchkey/latchkey/attest/tpm/wire"
 )
 
 // Where the agent finds the logs on a booted machine.
@@ -66,16 +68,16 @@ func (l logs) equal(o logs) bool {
 func readLogs(p LogPaths) (logs, error) {
 	var l logs
 	var err error
-	if l.fw, err = readBounded(p.FirmwareEventLog, MaxFirmwareLogSize); err != nil {
+	if l.fw, err = readBounded(p.FirmwareEventLog, wire.MaxFirmwareLogSize); err != nil {
 		return logs{}, err
 	}
 	if len(l.fw) == 0 {
 		return logs{}, nil // a systemd log cannot be replayed without it
 	}
-	if l.sd, err = readBounded(p.SystemdEventLog, MaxSystemdLogSize); err != nil {
+	if l.sd, err = readBounded(p.SystemdEventLog, wire.MaxSystemdLogSize); err != nil {
 		return logs{}, err
 	}
-	if l.sig, err = readBounded(p.PCRSignature, MaxPCRSignatureSize); err != nil {
+	if l.sig, err = readBounded(p.PCRSignature, wire.MaxPCRSignatureSize); err != nil {
 		return logs{}, err
 	}
 	return l, nil
@@ -113,19 +115,19 @@ func touchedPCRs(l logs) ([]int, error) {
 			return nil, fmt.Errorf("firmware event log: %w", err)
 		}
 		for _, e := range el.Events(register.HashSHA256) {
-			if e.Type != tcg.NoAction && e.Index >= 0 && e.Index <= maxPCR && !slices.Contains(out, e.Index) {
+			if e.Type != tcg.NoAction && e.Index >= 0 && e.Index <= wire.MaxPCR && !slices.Contains(out, e.Index) {
 				out = append(out, e.Index)
 			}
 		}
 	}
 	if len(l.sd) > 0 {
-		sd, err := decodeSystemdLog(l.sd)
+		sd, err := wire.DecodeSystemdLog(l.sd)
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range sd {
-			if !slices.Contains(out, e.pcr) {
-				out = append(out, e.pcr)
+			if !slices.Contains(out, e.PCR) {
+				out = append(out, e.PCR)
 			}
 		}
 	}

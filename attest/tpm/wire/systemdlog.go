@@ -1,4 +1,4 @@
-package tpm
+package wire
 
 import (
 	"bytes"
@@ -9,13 +9,14 @@ import (
 	"fmt"
 )
 
-// sdEvent is one record of systemd's userspace measurement log, decoded but
-// not verified.
-type sdEvent struct {
-	pcr     int
-	digest  [sha256.Size]byte
-	typ     string // content.eventType
-	content string // content.string
+// SystemdEvent is one record of systemd's userspace measurement log,
+// decoded but not verified: the agent reads which PCRs it touches, the
+// verifier replays it.
+type SystemdEvent struct {
+	PCR     int
+	Digest  [sha256.Size]byte
+	Type    string // content.eventType
+	Content string // content.string
 }
 
 // sdRecord is the JSON of one record as systemd (tpm2-util.c) writes it:
@@ -40,17 +41,17 @@ type sdRecord struct {
 // recordSeparator starts every JSON-SEQ (RFC 7464) record.
 const recordSeparator = 0x1e
 
-// decodeSystemdLog parses a tpm2-measure.log: JSON-SEQ records, each an
+// DecodeSystemdLog parses a tpm2-measure.log: JSON-SEQ records, each an
 // RS byte, a JSON object and a newline. It checks the size limits, that
 // every record names a PCR 0..23 and carries exactly one SHA-256 digest,
-// and that there are at most maxSystemdEvents records. A record cut short
+// and that there are at most MaxSystemdEvents records. A record cut short
 // (systemd appends under a lock, but a crash can leave one) is an error:
 // the verifier cannot tell a torn write from a forged one.
-func decodeSystemdLog(raw []byte) ([]sdEvent, error) {
+func DecodeSystemdLog(raw []byte) ([]SystemdEvent, error) {
 	if len(raw) > MaxSystemdLogSize {
 		return nil, fmt.Errorf("systemd event log has %d bytes, limit %d", len(raw), MaxSystemdLogSize)
 	}
-	var out []sdEvent
+	var out []SystemdEvent
 	rest := raw
 	for len(bytes.TrimSpace(rest)) > 0 {
 		if rest[0] != recordSeparator {
@@ -61,8 +62,8 @@ func decodeSystemdLog(raw []byte) ([]sdEvent, error) {
 		if end < 0 {
 			end = len(rest)
 		}
-		if len(out) == maxSystemdEvents {
-			return nil, fmt.Errorf("systemd event log has more than %d records", maxSystemdEvents)
+		if len(out) == MaxSystemdEvents {
+			return nil, fmt.Errorf("systemd event log has more than %d records", MaxSystemdEvents)
 		}
 		ev, err := decodeSystemdRecord(rest[:end])
 		if err != nil {
@@ -74,19 +75,19 @@ func decodeSystemdLog(raw []byte) ([]sdEvent, error) {
 	return out, nil
 }
 
-func decodeSystemdRecord(b []byte) (sdEvent, error) {
+func decodeSystemdRecord(b []byte) (SystemdEvent, error) {
 	var r sdRecord
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&r); err != nil {
-		return sdEvent{}, fmt.Errorf("parse: %w", err)
+		return SystemdEvent{}, fmt.Errorf("parse: %w", err)
 	}
 	if dec.More() {
-		return sdEvent{}, errors.New("text after the json object")
+		return SystemdEvent{}, errors.New("text after the json object")
 	}
-	if r.PCR == nil || *r.PCR < 0 || *r.PCR > maxPCR {
-		return sdEvent{}, errors.New("no pcr 0..23")
+	if r.PCR == nil || *r.PCR < 0 || *r.PCR > MaxPCR {
+		return SystemdEvent{}, errors.New("no pcr 0..23")
 	}
-	ev := sdEvent{pcr: *r.PCR, typ: r.Content.EventType, content: r.Content.String}
+	ev := SystemdEvent{PCR: *r.PCR, Type: r.Content.EventType, Content: r.Content.String}
 	found := false
 	for _, d := range r.Digests {
 		if d.HashAlg != "sha256" {
@@ -94,12 +95,12 @@ func decodeSystemdRecord(b []byte) (sdEvent, error) {
 		}
 		raw, err := hex.DecodeString(d.Digest)
 		if found || err != nil || len(raw) != sha256.Size {
-			return sdEvent{}, errors.New("sha256 digest missing, repeated or not 64 hex digits")
+			return SystemdEvent{}, errors.New("sha256 digest missing, repeated or not 64 hex digits")
 		}
-		ev.digest, found = [sha256.Size]byte(raw), true
+		ev.Digest, found = [sha256.Size]byte(raw), true
 	}
 	if !found {
-		return sdEvent{}, errors.New("no sha256 digest")
+		return SystemdEvent{}, errors.New("no sha256 digest")
 	}
 	return ev, nil
 }

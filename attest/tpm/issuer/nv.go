@@ -1,4 +1,4 @@
-package tpm
+package issuer
 
 import (
 	"encoding/asn1"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
+
+	"github.com/latchkey/latchkey/attest/tpm/wire"
 )
 
 // ekCertIndex is the TCG NV index of the RSA-2048 EK certificate (TCG EK
@@ -31,8 +33,8 @@ func readEKCert(tp transport.TPM) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse ek certificate index: %w", err)
 	}
-	if int(nvPub.DataSize) > MaxEKCertificateSize {
-		return nil, fmt.Errorf("ek certificate index holds %d bytes, more than %d", nvPub.DataSize, MaxEKCertificateSize)
+	if int(nvPub.DataSize) > wire.MaxEKCertificateSize {
+		return nil, fmt.Errorf("ek certificate index holds %d bytes, more than %d", nvPub.DataSize, wire.MaxEKCertificateSize)
 	}
 	index := tpm2.NamedHandle{Handle: ekCertIndex, Name: pub.NVName}
 	data, err := readNV(tp, tpm2.TPMRHOwner, index, nvPub.DataSize)

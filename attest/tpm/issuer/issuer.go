@@ -1,4 +1,4 @@
-package tpm
+package issuer
 
 import (
 	"bytes"
@@ -13,16 +13,17 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/tpm/wire"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
-// IssuerConfig configures the agent's TPM evidence. The zero value quotes
-// DefaultPCRs on DefaultDevice.
-type IssuerConfig struct {
+// Config configures the agent's TPM evidence. The zero value quotes
+// wire.DefaultPCRs on DefaultDevice.
+type Config struct {
 	// Device is a TPM path or "tcp://HOST:PORT" (see OpenDevice).
 	Device string
 	// PCRs are the SHA-256 PCR indices (0..23) to quote; empty means
-	// DefaultPCRs. Every PCR the event logs extend is quoted as well.
+	// wire.DefaultPCRs. Every PCR the event logs extend is quoted as well.
 	PCRs []int
 	// Logs are where the event logs and the PCR 11 signature are read
 	// (zero value: the standard paths; a missing file sends none).
@@ -41,14 +42,14 @@ type Issuer struct {
 
 var _ attest.Issuer = (*Issuer)(nil)
 
-// NewIssuer checks cfg and that the TPM can be opened, so a misconfigured
+// New checks cfg and that the TPM can be opened, so a misconfigured
 // agent fails at start rather than at its first join.
-func NewIssuer(cfg IssuerConfig) (*Issuer, error) {
+func New(cfg Config) (*Issuer, error) {
 	pcrs := slices.Clone(cfg.PCRs)
 	if len(pcrs) == 0 {
-		pcrs = slices.Clone(DefaultPCRs)
+		pcrs = slices.Clone(wire.DefaultPCRs)
 	}
-	if err := checkPCRs(pcrs); err != nil {
+	if err := wire.CheckPCRs(pcrs); err != nil {
 		return nil, fmt.Errorf("tpm issuer: %w", err)
 	}
 	slices.Sort(pcrs)
@@ -74,8 +75,8 @@ func (i *Issuer) Close() error { return nil }
 // challenge until Close; on any error everything created so far is
 // flushed.
 func (i *Issuer) Attest(ctx context.Context, binding []byte) (attest.Attestation, error) {
-	if len(binding) != bindingSize {
-		return nil, fmt.Errorf("tpm attest: binding has %d bytes, want %d", len(binding), bindingSize)
+	if len(binding) != attest.BindingSize {
+		return nil, fmt.Errorf("tpm attest: binding has %d bytes, want %d", len(binding), attest.BindingSize)
 	}
 	c, err := open(i.device)
 	if err != nil {
@@ -189,7 +190,7 @@ func quote(tp transport.TPM, ak *key, pcrs []int, binding []byte, ev *latchkeyv1
 			SignHandle:     tpm2.AuthHandle{Handle: ak.handle, Name: ak.name, Auth: tpm2.PasswordAuth(nil)},
 			QualifyingData: tpm2.TPM2BData{Buffer: binding},
 			InScheme:       tpm2.TPMTSigScheme{Scheme: tpm2.TPMAlgNull},
-			PCRSelect:      selection(pcrs),
+			PCRSelect:      wire.Selection(pcrs),
 		}.Execute(tp)
 		if err != nil {
 			return fmt.Errorf("quote: %w", err)
@@ -202,7 +203,7 @@ func quote(tp transport.TPM, ak *key, pcrs []int, binding []byte, ev *latchkeyv1
 		if err != nil {
 			return err
 		}
-		if bytes.Equal(pcrDigest(pcrs, values), quoted) {
+		if bytes.Equal(wire.PCRDigest(pcrs, values), quoted) {
 			ev.Quote, ev.Signature, ev.Pcrs = rsp.Quoted.Bytes(), tpm2.Marshal(rsp.Signature), wirePCRs(values)
 			return nil
 		}

@@ -1,4 +1,4 @@
-package tpm
+package bootlog
 
 import (
 	"crypto/sha256"

@@ -1,4 +1,4 @@
-package tpm
+package issuer
 
 import (
 	"errors"

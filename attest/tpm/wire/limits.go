@@ -1,4 +1,4 @@
-package tpm
+package wire
 
 import "github.com/latchkey/latchkey/attest"
 
@@ -16,19 +16,17 @@ const (
 	// MaxEKCertificateSize bounds the DER EK certificate, in the evidence
 	// and when the agent reads it from NV.
 	MaxEKCertificateSize = 8 << 10
-	// maxStructSize bounds each TPM wire structure in the evidence
-	// (public areas, quote, signature).
-	maxStructSize = 1 << 10
+	// MaxStructSize bounds each TPM wire structure in the evidence
+	// (public areas, quote, signature) and in a challenge.
+	MaxStructSize = 1 << 10
 	// MaxChallengeSize bounds a serialized TPMChallenge (agent side) and
 	// MaxChallengeResponseSize a TPMChallengeResponse (verifier side).
 	MaxChallengeSize         = 2 << 10
 	MaxChallengeResponseSize = 256
-	// maxPCR is the highest PCR index of a PC-client TPM.
-	maxPCR = 23
-	// secretSize is the credential-activation secret's length.
-	secretSize = 32
-	// bindingSize is the qualifying data the quote must carry.
-	bindingSize = attest.BindingSize
+	// MaxPCR is the highest PCR index of a PC-client TPM.
+	MaxPCR = 23
+	// SecretSize is the credential-activation secret's length.
+	SecretSize = 32
 )
 
 // Event-log limits. OVMF's firmware log is 20-40 KiB (most of it the
@@ -41,16 +39,16 @@ const (
 const (
 	// MaxFirmwareLogSize bounds TPMEvidence.firmware_event_log.
 	MaxFirmwareLogSize = 128 << 10
-	// maxFirmwareEvents bounds the events of a firmware log (OVMF: ~60).
-	maxFirmwareEvents = 4096
+	// MaxFirmwareEvents bounds the events of a firmware log (OVMF: ~60).
+	MaxFirmwareEvents = 4096
 	// MaxSystemdLogSize bounds TPMEvidence.systemd_event_log.
 	MaxSystemdLogSize = 32 << 10
-	// maxSystemdEvents bounds the records of a systemd log.
-	maxSystemdEvents = 256
+	// MaxSystemdEvents bounds the records of a systemd log.
+	MaxSystemdEvents = 256
 	// MaxPCRSignatureSize bounds TPMEvidence.pcr_signature.
 	MaxPCRSignatureSize = 32 << 10
-	// maxPCRSignatureEntries bounds the sha256 entries of a signature.
-	maxPCRSignatureEntries = 64
+	// MaxPCRSignatureEntries bounds the sha256 entries of a signature.
+	MaxPCRSignatureEntries = 64
 )
 
 // The transport must carry the largest TPM evidence: this fails to compile

@@ -1,4 +1,4 @@
-package snp
+package wire
 
 import (
 	"fmt"
@@ -39,8 +39,8 @@ var (
 )
 
 // Evidence is decoded but not yet verified SNP evidence. DecodeEvidence
-// guarantees its shape only; nothing in it is trustworthy before
-// (*Validator).Verify has checked it.
+// guarantees its shape only; nothing in it is trustworthy before the
+// validator (attest/snp) has verified it.
 type Evidence struct {
 	// Raw is the 1184-byte attestation report as the chip signed it.
 	Raw []byte
