@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/issuer"
 )
 
 // BenchmarkOfflineUnlock measures the agent's offline unlock (open the
@@ -48,7 +48,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 func timeOffline(b *testing.B, m *machine) (wall, cpu time.Duration) {
 	cpu0, start := selfCPU(b), time.Now()
-	tp, err := tpm.OpenDevice(m.sim.Device)
+	tp, err := issuer.OpenDevice(m.sim.Device)
 	if err != nil {
 		b.Fatal(err)
 	}

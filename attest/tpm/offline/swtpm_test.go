@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
 
-	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -34,7 +34,7 @@ type machine struct {
 // the simulator's Restart and Extend open their own.
 func with[T any](t testing.TB, sim *tpmtest.Simulator, f func(transport.TPM) T) T {
 	t.Helper()
-	tp, err := tpm.OpenDevice(sim.Device)
+	tp, err := issuer.OpenDevice(sim.Device)
 	if err != nil {
 		t.Fatal(err)
 	}
