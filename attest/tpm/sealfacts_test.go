@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"testing"
 
 	"github.com/google/go-tpm/tpm2"
@@ -14,7 +15,7 @@ import (
 )
 
 // The quote's TPMS_CLOCK_INFO is signed with it: the state carries it as
-// quoted, and SealFacts counts the grant's bounds from it.
+// quoted, and the grant's PCRs are the quoted ones.
 func TestStateCarriesQuotedClock(t *testing.T) {
 	der, _ := dbCert(t, "test db")
 	m := boot(t, ukiBoot(t, der), sysinit)
@@ -26,20 +27,21 @@ func TestStateCarriesQuotedClock(t *testing.T) {
 	if want := (tpm.Clock{ClockMS: 123456789, ResetCount: 42, RestartCount: 3, Safe: true}); st.Clock != want {
 		t.Fatalf("clock = %+v, want %+v", st.Clock, want)
 	}
-	f, err := st.SealFacts(true)
+	pcrs, err := st.SealPCRs(true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.ResetCount != 42 || f.ClockMS != 123456789 {
-		t.Fatalf("facts clock = %d/%d", f.ResetCount, f.ClockMS)
-	}
 	for i, v := range st.PCRs {
-		if !bytes.Equal(f.PCRs[uint32(i)], v[:]) {
-			t.Errorf("pcr %d = %x, quoted %x", i, f.PCRs[uint32(i)], v)
+		if !bytes.Equal(pcrs[uint32(i)], v[:]) {
+			t.Errorf("pcr %d = %x, quoted %x", i, pcrs[uint32(i)], v)
 		}
 	}
-	if len(f.PCRs) != len(st.PCRs) {
-		t.Fatalf("facts have %d pcrs, the quote %d", len(f.PCRs), len(st.PCRs))
+	if len(pcrs) != len(st.PCRs) {
+		t.Fatalf("%d pcrs, the quote %d", len(pcrs), len(st.PCRs))
+	}
+	// Whatever the quote says, its reset count is not the TPM's.
+	if _, err := st.SealFacts(true); !errors.Is(err, tpm.ErrResetCountObfuscated) {
+		t.Fatalf("SealFacts: %v, want ErrResetCountObfuscated", err)
 	}
 }
 
@@ -74,12 +76,12 @@ func TestSealFactsPCR11AtJoinPoint(t *testing.T) {
 			if !st.Boot.PCR11AtJoinKnown || st.Boot.PCR11AtJoin != want {
 				t.Fatalf("join point %x (known %v), want %x", st.Boot.PCR11AtJoin, st.Boot.PCR11AtJoinKnown, want)
 			}
-			f, err := st.SealFacts(false)
+			pcrs, err := st.SealPCRs(false)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(f.PCRs[11], want[:]) {
-				t.Fatalf("pcr 11 = %x, want the join point %x", f.PCRs[11], want)
+			if !bytes.Equal(pcrs[11], want[:]) {
+				t.Fatalf("pcr 11 = %x, want the join point %x", pcrs[11], want)
 			}
 		})
 	}
@@ -100,7 +102,7 @@ func TestSealFactsNoJoinPoint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = st.SealFacts(true)
+			_, err = st.SealPCRs(true)
 			want := `pcr 11 never passed the "sysinit" phase word (phase "` + st.Boot.Phase + `"), so its join-point value is unknown`
 			if err == nil || err.Error() != want {
 				t.Fatalf("err = %v, want %q", err, want)
@@ -122,15 +124,45 @@ func TestSealFactsWithoutLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := stateOf(t, ver)
-	f, err := st.SealFacts(true)
+	got, err := st.SealPCRs(true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q := pcrs[11]; hex.EncodeToString(f.PCRs[11]) != hex.EncodeToString(q[:]) {
-		t.Fatalf("pcr 11 = %x", f.PCRs[11])
+	if q := pcrs[11]; hex.EncodeToString(got[11]) != hex.EncodeToString(q[:]) {
+		t.Fatalf("pcr 11 = %x", got[11])
 	}
-	_, err = st.SealFacts(false)
+	_, err = st.SealPCRs(false)
 	if want := "the evidence carries no event log to derive pcr 11's join-point value from"; err == nil || err.Error() != want {
 		t.Fatalf("err = %v, want %q", err, want)
+	}
+}
+
+// A real TPM's quote by latchkey's AK (an owner-hierarchy primary)
+// carries an obfuscated resetCount: not the count TPM2_ReadClock reports,
+// while the clock is the TPM's. This is why SealFacts builds no grant.
+func TestSwtpmQuotedResetCountIsObfuscated(t *testing.T) {
+	m := newMeasuredSwtpm(t)
+	st, err := m.join(t, m.policy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, err := tpm.OpenDevice(m.sim.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	now, err := tpm2.ReadClock{}.Execute(tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := now.CurrentTime.ClockInfo
+	if st.Clock.ResetCount == real.ResetCount {
+		t.Fatalf("quoted resetCount %d is the TPM's: the quote is not obfuscated", real.ResetCount)
+	}
+	if st.Clock.ClockMS == 0 || st.Clock.ClockMS > real.Clock {
+		t.Fatalf("quoted clock %d, tpm clock now %d", st.Clock.ClockMS, real.Clock)
+	}
+	if _, err := st.SealFacts(true); !errors.Is(err, tpm.ErrResetCountObfuscated) {
+		t.Fatalf("SealFacts: %v", err)
 	}
 }

@@ -24,9 +24,10 @@ import (
 //     attest.Sealer) and TPMS_CLOCK_INFO, the policy's bounds, and a
 //     policy ref binding it to the attested machine and the disk, signed
 //     by the GrantSigner. A grant that cannot be built (a re-attestation
-//     whose PCR 11 join-point value is not derivable) is left out with a
-//     log line: the node keeps the grant it holds, which expires by its
-//     own bounds.
+//     whose PCR 11 join-point value is not derivable, a quote whose
+//     resetCount is obfuscated: tpm.ErrResetCountObfuscated) is left out
+//     with a log line: the node keeps any grant it holds, which expires by
+//     its own bounds.
 //   - A ticket withdraws the grant the node says it holds
 //     (withdraw_offline) when the policy no longer allows one, or when the
 //     disk is keyed under an older master-secret generation (a rotation
@@ -102,7 +103,7 @@ func (s *Service) grant(ctx context.Context, hello *latchkeyv1.Hello, v *attest.
 	}
 	facts, err := sealer.SealFacts(quotedAtJoin)
 	if err != nil {
-		s.log.WarnContext(ctx, "no offline grant at this attestation; the node keeps the grant it holds", append(attrs, logkey.Reason, err.Error())...)
+		s.log.WarnContext(ctx, "no offline grant from this attestation", append(attrs, logkey.Reason, err.Error())...)
 		return nil
 	}
 	g, err := s.cfg.Grants.Grant(offline.GrantRequest{

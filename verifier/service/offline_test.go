@@ -265,7 +265,7 @@ func TestReattestWithoutJoinPointRenewsNothing(t *testing.T) {
 	if tk.GetOfflineGrant() != nil || tk.GetWithdrawOffline() {
 		t.Fatalf("reattest: grant %v withdraw %v", tk.GetOfflineGrant(), tk.GetWithdrawOffline())
 	}
-	want := `msg="no offline grant at this attestation; the node keeps the grant it holds" node=node-1 disk_uuid=` + diskA +
+	want := `msg="no offline grant from this attestation" node=node-1 disk_uuid=` + diskA +
 		` purpose=reattest reason="pcr 11 join point unknown"`
 	if !strings.Contains(e.logs.String(), want) {
 		t.Fatalf("audit: want %q in\n%s", want, e.logs)
