@@ -288,8 +288,8 @@ func TestNoOfflineGrantWithoutSealer(t *testing.T) {
 // evidence that proves nothing about the node (replayed, malformed) do
 // not, so nobody can withdraw another node's grant by sending junk.
 func TestRefusalsWithdrawOffline(t *testing.T) {
-	src := &swapPolicy{}
-	e := startVerifier(t, envOpt{val: newSealing(offlineMachine), grants: &fakeSigner{}, offline: bounds, policy: src})
+	src, m := &swapPolicy{}, metrics.New()
+	e := startVerifier(t, envOpt{val: newSealing(offlineMachine), grants: &fakeSigner{}, offline: bounds, policy: src, metrics: m})
 	mustTicket(t, e, joinHello()) // binds node-1 and the disk to offlineMachine
 	base := *src.Current()
 	install := func(edit func(*policy.Snapshot)) {
@@ -312,6 +312,17 @@ func TestRefusalsWithdrawOffline(t *testing.T) {
 	})
 	check("policy refusal", rejoinHello(), latchkeyv1.Reason_PCR_MISMATCH, true)
 	check("policy refusal at re-attestation", reattestHello(), latchkeyv1.Reason_PCR_MISMATCH, true)
+	// A node that says it holds a grant has its withdrawal audited and
+	// counted; one that holds none is told all the same.
+	held := reattestHello()
+	held.Offline = &latchkeyv1.OfflineState{Held: true}
+	check("policy refusal of a holder", held, latchkeyv1.Reason_PCR_MISMATCH, true)
+	if got := sample(t, m, "latchkey_verifier_offline_grants_total", "event=withdrawn"); got != 1 {
+		t.Fatalf("withdrawn = %v, want 1", got)
+	}
+	if want := `msg="offline grant withdrawn" node=node-1 disk_uuid=` + diskA + ` purpose=reattest reason="refused: PCR_MISMATCH"`; !strings.Contains(e.logs.String(), want) {
+		t.Fatalf("audit: want %q in\n%s", want, e.logs)
+	}
 	install(func(s *policy.Snapshot) {
 		d, err := policy.Load([]byte("apiVersion: latchkey/v1\ntpm: {}\ndeny:\n  nodeNames: [node-1]\n"), policy.Deps{})
 		if err != nil {
