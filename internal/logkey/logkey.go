@@ -241,3 +241,21 @@ const (
 	// last line about them (a rate-limited warning).
 	Suppressed = "suppressed"
 )
+
+// Offline unlock on the verifier (docs/offline-unlock.md).
+const (
+	// OfflineMaxBoots is a grant's boot bound (offlineUnlock.maxBoots).
+	OfflineMaxBoots = "offline_max_boots"
+	// OfflineMaxHours is a grant's time bound (offlineUnlock.maxHours).
+	OfflineMaxHours = "offline_max_hours"
+	// OfflineBoot is the offline boot's number since its grant, as the
+	// node reported it.
+	OfflineBoot = "offline_boot"
+	// SealedPCRs are the PCR indices a grant is sealed to ("0,1,2,…").
+	SealedPCRs = "sealed_pcrs"
+	// TPMResetCount is the quote's TPM reset count a grant counts boots
+	// from.
+	TPMResetCount = "tpm_reset_count"
+	// TPMClockMS is the quote's TPM clock (ms) a grant counts hours from.
+	TPMClockMS = "tpm_clock_ms"
+)
