@@ -25,9 +25,10 @@
 //
 // Both keys are primary keys derived from the TPM's hierarchy seeds (EK:
 // endorsement, TCG default RSA-2048 template, taken from its persistent
-// handle 0x81010001 when provisioned there; AK: owner hierarchy), so they
-// are the same at every boot and an AK pin survives reboots (until the
-// owner hierarchy is cleared).
+// handle 0x81010001 when provisioned there; AK: endorsement hierarchy, so its
+// quotes carry the TPM's real resetCount, which offline grants count boots
+// from), so they are the same at every boot and an AK pin survives
+// reboots (until the endorsement hierarchy is cleared).
 //
 // swtpm has no resource manager and only three transient object slots: the
 // issuer's Attestation holds at most two (the AK, and the EK unless it is

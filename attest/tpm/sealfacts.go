@@ -1,37 +1,29 @@
 package tpm
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/google/go-tpm/tpm2"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/tpm/bootlog"
 )
 
-// JoinPhaseWord is the boot-phase word the agent joins after: it runs
-// after sysinit.target, and an offline unlock unseals at that same point
-// of the next boot, so a grant is sealed to PCR 11 as it stood right after
-// this word was measured.
-const JoinPhaseWord = "sysinit"
+// JoinPhaseWord is the boot-phase word the agent joins after (bootlog).
+const JoinPhaseWord = bootlog.JoinPhaseWord
 
 // Clock is the quote's TPMS_CLOCK_INFO, signed by the AK with the rest of
-// the quote. ClockMS and Safe are the TPM's; ResetCount and RestartCount
-// are as the TPM reports them to this signer, obfuscated for an AK
-// outside the endorsement and platform hierarchies
-// (ErrResetCountObfuscated): differences between two quotes of one AK
-// are real, the values are not.
+// the quote. ResetCount and RestartCount are the TPM's only for an AK in
+// the endorsement or platform hierarchy, as latchkey's agent makes it
+// (ErrResetCountObfuscated).
 type Clock struct {
 	// ClockMS is the TPM's clock in milliseconds (it advances while the
 	// TPM is powered and never goes back unless Safe is false).
 	ClockMS uint64
-	// ResetCount counts TPM Resets (boots) since the last TPM2_Clear
-	// (obfuscated, see above).
+	// ResetCount counts TPM Resets (boots) since the last TPM2_Clear.
 	ResetCount uint32
-	// RestartCount counts TPM Restarts (resume) since the last reset
-	// (obfuscated, see above).
+	// RestartCount counts TPM Restarts (resume) since the last reset.
 	RestartCount uint32
 	// Safe is the TPM's statement that no larger clock value was ever
 	// reported (false after a power loss the TPM could not record).
@@ -45,27 +37,34 @@ func clockOf(q *tpm2.TPMSAttest) Clock {
 
 var _ attest.Sealer = (*State)(nil)
 
-// ErrResetCountObfuscated is why no offline grant is built from a quote
-// of latchkey's AK today. TPM2_Quote obfuscates resetCount and
-// restartCount (adds a value derived from the hierarchy's proof and the
-// key's name) for a signing key outside the endorsement and platform
-// hierarchies (TPM 2.0 Part 3, 18.1), and the AK is an owner-hierarchy
-// primary (keys.go): the quoted resetCount is not the TPM's, so a boot
-// bound counted from it would be arbitrary (from none to about four
-// billion boots). The clock is not obfuscated. A grant needs the TPM's
-// real resetCount from something the verifier can verify (an AK in the
-// endorsement hierarchy, or another signed source) before SealFacts can
-// return facts.
-var ErrResetCountObfuscated = errors.New("the quote's resetCount is obfuscated (the AK is an owner-hierarchy key), so no boot bound can be counted from it")
+// ErrResetCountObfuscated: the quoted resetCount cannot be the TPM's.
+// TPM2_Quote obfuscates resetCount (adds a value derived from the
+// hierarchy's proof and the key's name, uniform over 32 bits) for a
+// signing key outside the endorsement and platform hierarchies (TPM 2.0
+// Part 3, 18.1). latchkey's agent makes its AK in the endorsement
+// hierarchy; a quote by an AK made elsewhere (an older agent) carries a
+// count no TPM reaches, and a boot bound counted from it would be
+// arbitrary, so no grant is built from it.
+var ErrResetCountObfuscated = errors.New("the quote's resetCount is implausibly large: the attestation key is not an endorsement-hierarchy key, so its quote's resetCount is obfuscated and no boot bound can be counted from it")
+
+// maxPlausibleResetCount is far above any real TPM's boot count (16
+// million boots) and below all but 1 in 256 obfuscated values.
+const maxPlausibleResetCount = 1 << 24
 
 // SealFacts implements attest.Sealer: SealPCRs and the quote's clock.
-// It returns ErrResetCountObfuscated for every quote today (see there):
-// the PCR and clock facts are verified, the reset count is not.
+// The AK is not known to be an endorsement-hierarchy key from its
+// public area alone; the verifier relies on the measured agent making it
+// there and refuses a grant for a resetCount no TPM reaches
+// (ErrResetCountObfuscated).
 func (s *State) SealFacts(quotedAtJoin bool) (attest.SealFacts, error) {
-	if _, err := s.SealPCRs(quotedAtJoin); err != nil {
+	pcrs, err := s.SealPCRs(quotedAtJoin)
+	if err != nil {
 		return attest.SealFacts{}, err
 	}
-	return attest.SealFacts{}, ErrResetCountObfuscated
+	if s.Clock.ResetCount > maxPlausibleResetCount {
+		return attest.SealFacts{}, ErrResetCountObfuscated
+	}
+	return attest.SealFacts{PCRs: pcrs, ResetCount: s.Clock.ResetCount, ClockMS: s.Clock.ClockMS}, nil
 }
 
 // SealPCRs are the PCR values an offline grant is sealed to: the quoted
@@ -91,29 +90,4 @@ func (s *State) SealPCRs(quotedAtJoin bool) (map[uint32][]byte, error) {
 		}
 	}
 	return pcrs, nil
-}
-
-// joinPoint replays PCR 11 (recs, then the unlogged phase suffix) up to
-// and including the first JoinPhaseWord measurement among the phase
-// words, which start at record first (after systemd-stub's sections).
-// Every record before it replayed, with the rest, to the quoted value, so
-// the intermediate value is as verified as the quote.
-func joinPoint(recs []record, first int, suffix string) ([sha256.Size]byte, bool) {
-	var v [sha256.Size]byte
-	for j, r := range recs {
-		v = Extend(v, r.digest)
-		if w, ok := phaseWord(r); ok && j >= first && w == JoinPhaseWord {
-			return v, true
-		}
-	}
-	if suffix == "" {
-		return [sha256.Size]byte{}, false
-	}
-	for w := range strings.SplitSeq(suffix, ":") {
-		v = Extend(v, sha256.Sum256([]byte(w)))
-		if w == JoinPhaseWord {
-			return v, true
-		}
-	}
-	return [sha256.Size]byte{}, false
 }

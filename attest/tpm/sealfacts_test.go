@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 )
 
@@ -137,16 +138,17 @@ func TestSealFactsWithoutLogs(t *testing.T) {
 	}
 }
 
-// A real TPM's quote by latchkey's AK (an owner-hierarchy primary)
-// carries an obfuscated resetCount: not the count TPM2_ReadClock reports,
-// while the clock is the TPM's. This is why SealFacts builds no grant.
-func TestSwtpmQuotedResetCountIsObfuscated(t *testing.T) {
+// A real TPM's quote by latchkey's AK (an endorsement-hierarchy
+// primary) carries the TPM's own resetCount and clock, so SealFacts
+// builds the grant's bounds from them; a count no TPM reaches (an AK
+// made in the owner hierarchy, whose quotes obfuscate it) builds none.
+func TestSwtpmQuotedResetCountIsTheTPMs(t *testing.T) {
 	m := newMeasuredSwtpm(t)
 	st, err := m.join(t, m.policy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp, err := tpm.OpenDevice(m.sim.Device)
+	tp, err := issuer.OpenDevice(m.sim.Device)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,13 +158,28 @@ func TestSwtpmQuotedResetCountIsObfuscated(t *testing.T) {
 		t.Fatal(err)
 	}
 	real := now.CurrentTime.ClockInfo
-	if st.Clock.ResetCount == real.ResetCount {
-		t.Fatalf("quoted resetCount %d is the TPM's: the quote is not obfuscated", real.ResetCount)
+	if st.Clock.ResetCount != real.ResetCount {
+		t.Fatalf("quoted resetCount %d, the TPM's %d: the quote is obfuscated", st.Clock.ResetCount, real.ResetCount)
 	}
 	if st.Clock.ClockMS == 0 || st.Clock.ClockMS > real.Clock {
 		t.Fatalf("quoted clock %d, tpm clock now %d", st.Clock.ClockMS, real.Clock)
 	}
+	f, err := st.SealFacts(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.ResetCount != real.ResetCount || f.ClockMS != st.Clock.ClockMS || len(f.PCRs) == 0 {
+		t.Fatalf("facts: reset %d clock %d pcrs %d", f.ResetCount, f.ClockMS, len(f.PCRs))
+	}
+	// The same verified state with the count an obfuscating quote
+	// carries (uniform over 32 bits): no facts, and the reason.
+	st.Clock.ResetCount = 0x9a3c_51f7
 	if _, err := st.SealFacts(true); !errors.Is(err, tpm.ErrResetCountObfuscated) {
-		t.Fatalf("SealFacts: %v", err)
+		t.Fatalf("SealFacts with an obfuscated count: %v", err)
+	}
+	// At the bound a count is still a TPM's.
+	st.Clock.ResetCount = 1 << 24
+	if _, err := st.SealFacts(true); err != nil {
+		t.Fatalf("SealFacts at the bound: %v", err)
 	}
 }

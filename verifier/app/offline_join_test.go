@@ -1,26 +1,30 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-tpm/tpm2"
+
 	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/issuer"
+	"github.com/latchkey/latchkey/attest/tpm/offline"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/verifier/policy"
 )
 
 // A swtpm machine joins through the assembled verifier whose policy
-// allows offline unlock. The quote's resetCount is obfuscated (latchkey's
-// AK is an owner-hierarchy key; tpm.ErrResetCountObfuscated), so no boot
-// bound can be built from it: the join succeeds, its ticket carries no
-// grant, and the audit line says why, instead of a grant whose boot bound
-// would be arbitrary.
-func TestTPMJoinWithOfflineUnlockNeedsARealResetCount(t *testing.T) {
+// allows offline unlock. The ticket's grant carries the TPM's own reset
+// count and the policy's bounds, and it is real: the TPM seals the disk
+// key for it (Seal checks the grant's signature first) and releases the
+// key for it in this boot.
+func TestTPMJoinWithOfflineUnlockGrants(t *testing.T) {
 	ctx := context.Background()
 	sim := tpmtest.Start(t)
-	ref, err := tpm.Measure(ctx, sim.Device, testPCRs)
+	ref, err := issuer.Measure(ctx, sim.Device, testPCRs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,10 +36,34 @@ func TestTPMJoinWithOfflineUnlockNeedsARealResetCount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tk.GetDiskKey()) != 32 || tk.GetOfflineGrant() != nil || tk.GetWithdrawOffline() {
-		t.Fatalf("ticket: key %d bytes, grant %v, withdraw %v", len(tk.GetDiskKey()), tk.GetOfflineGrant(), tk.GetWithdrawOffline())
+	g := tk.GetOfflineGrant()
+	if len(tk.GetDiskKey()) != 32 || g == nil || tk.GetWithdrawOffline() {
+		t.Fatalf("ticket: key %d bytes, grant %v, withdraw %v", len(tk.GetDiskKey()), g, tk.GetWithdrawOffline())
 	}
-	want := `msg="no offline grant from this attestation" node=node-1 disk_uuid=` + diskA + ` purpose=join reason="` + tpm.ErrResetCountObfuscated.Error() + `"`
+	tp, err := issuer.OpenDevice(sim.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	now, err := tpm2.ReadClock{}.Execute(tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.GetResetCount() != now.CurrentTime.ClockInfo.ResetCount || g.GetMaxBoots() != 2 || g.GetMaxHours() != 24 {
+		t.Fatalf("grant: reset %d (tpm %d), bounds %d/%d", g.GetResetCount(), now.CurrentTime.ClockInfo.ResetCount, g.GetMaxBoots(), g.GetMaxHours())
+	}
+	sealed, err := offline.Seal(tp, tk.GetDiskKey(), g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, st, err := offline.Unseal(tp, sealed, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(key, tk.GetDiskKey()) || st.MaxBoots != 2 {
+		t.Fatalf("unsealed a different key, status %+v", st)
+	}
+	want := `msg="offline grant" node=node-1 disk_uuid=` + diskA
 	if !strings.Contains(r.logs.String(), want) {
 		t.Fatalf("audit: want %q in\n%s", want, r.logs)
 	}

@@ -94,9 +94,15 @@ func createEK(tp transport.TPM) (*key, error) {
 	return k, nil
 }
 
-// createAK derives the attestation key from the owner seed.
+// createAK derives the attestation key from the endorsement seed. The
+// hierarchy matters: TPM2_Quote obfuscates the resetCount and
+// restartCount of its TPMS_CLOCK_INFO for a signing key outside the
+// endorsement and platform hierarchies (TPM 2.0 Part 3, 18.1), and the
+// verifier counts an offline grant's boot bound from the quoted
+// resetCount (docs/offline-unlock.md). tpm2_createak puts its AK there
+// too.
 func createAK(tp transport.TPM) (*key, error) {
-	k, err := createPrimary(tp, tpm2.TPMRHOwner, akTemplate)
+	k, err := createPrimary(tp, tpm2.TPMRHEndorsement, akTemplate)
 	if err != nil {
 		return nil, fmt.Errorf("create ak: %w", err)
 	}
