@@ -96,6 +96,9 @@ type Plan struct {
 	// KeyGeneration is the master-secret generation the validated header
 	// names (rewrap.go), for the Hello; nil on a first boot.
 	KeyGeneration *uint32
+	// Offline is the validated header's offline token (offline.go); nil
+	// when it holds none.
+	Offline *OfflineToken
 }
 
 // Result is what Open produced.

@@ -241,3 +241,19 @@ const (
 	// last line about them (a rate-limited warning).
 	Suppressed = "suppressed"
 )
+
+// Offline unlock on the agent (docs/offline-unlock.md).
+const (
+	// OfflineHeld is whether the state disk now holds an offline token.
+	OfflineHeld = "offline_held"
+	// OfflineBoot is an offline boot's number since the attestation that
+	// granted it (1 = the first).
+	OfflineBoot = "offline_boot"
+	// OfflineMaxBoots is the grant's bound on offline boots.
+	OfflineMaxBoots = "offline_max_boots"
+	// OfflineHoursLeft is the TPM time left before the grant expires.
+	OfflineHoursLeft = "offline_hours_left"
+	// OfflineAfter is how long the agent tries the verifiers before it
+	// unlocks offline.
+	OfflineAfter = "offline_after"
+)
