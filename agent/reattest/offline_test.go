@@ -23,8 +23,13 @@ func (o *offlineHooks) BootedOffline() bool { return o.booted }
 func (o *offlineHooks) OfflineHello() *latchkeyv1.OfflineState {
 	return &latchkeyv1.OfflineState{Held: true, BootedOffline: o.booted, Boot: 2, MaxBoots: 5}
 }
-func (o *offlineHooks) OfflineTicket(context.Context, *latchkeyv1.Ticket) { o.tickets++; o.booted = false }
-func (o *offlineHooks) OfflineRefused(_ context.Context, err error)      { o.refused = append(o.refused, err) }
+func (o *offlineHooks) OfflineTicket(context.Context, *latchkeyv1.Ticket) {
+	o.tickets++
+	o.booted = false
+}
+func (o *offlineHooks) OfflineRefused(_ context.Context, err error) {
+	o.refused = append(o.refused, err)
+}
 
 // After an offline boot the loop re-attests at once and then after short
 // pauses until a verifier attests the node, reporting booted_offline;
