@@ -190,6 +190,15 @@ func (b *Boot) runOffline(ctx context.Context, plan disk.Plan, key []byte) error
 	return nil
 }
 
+// OfflineStatus is this boot's offline status; ok only while the node
+// booted offline and no verifier has attested it since.
+func (b *Boot) OfflineStatus() (st OfflineStatus, ok bool) {
+	if !b.BootedOffline() {
+		return OfflineStatus{}, false
+	}
+	return b.off.status(), true
+}
+
 // BootedOffline reports whether this boot unlocked offline and no
 // verifier has attested the node since.
 func (b *Boot) BootedOffline() bool {

@@ -78,6 +78,9 @@ type Config struct {
 	OnRound func(round int, r Result, err error)
 	// Offline is the boot's offline-unlock state (boot.Boot); optional.
 	Offline Offline
+	// StopWhenAttested ends Run after the first round that attests (the
+	// re-attestation an offline boot owes with re-attestation off).
+	StopWhenAttested bool
 }
 
 // Offline is what a round reports of the node's offline grant and how it
@@ -153,6 +156,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		l.log(round, r, err)
 		if l.cfg.OnRound != nil {
 			l.cfg.OnRound(round, r, err)
+		}
+		if r == Attested && l.cfg.StopWhenAttested {
+			return nil
 		}
 	}
 }
