@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/latchkey/latchkey/attest/tpm/offline"
 	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -24,7 +25,8 @@ import (
 //	"tokens":{"0":{"type":"latchkey-offline","keyslots":[],
 //	                "sealed":"<base64>","grant":"<base64>"}}
 //
-// sealed is the offline.Sealed encoding, grant the OfflineGrant's
+// sealed is the offline.Sealed encoding (checked with its
+// UnmarshalBinary), grant the OfflineGrant's
 // deterministic protobuf encoding. The validator (checkShape) accepts no
 // token or exactly this one: exactly these keys, the type, an empty
 // keyslot list (the token opens no keyslot by itself: the TPM releases
@@ -94,7 +96,7 @@ func offlineTokenShape(tree any) obj {
 	return obj{"0": obj{
 		"type":     OfflineTokenType,
 		"keyslots": arr{},
-		"sealed":   base64Within(MaxOfflineSealed, nil),
+		"sealed":   base64Within(MaxOfflineSealed, checkSealedEncoding),
 		"grant":    base64Within(MaxOfflineGrant, checkGrantEncoding),
 	}}
 }
@@ -136,6 +138,16 @@ func checkGrantEncoding(b []byte) error {
 	again, err := EncodeGrant(g)
 	if err != nil || !bytes.Equal(again, b) {
 		return errors.New("is not the canonical encoding of its OfflineGrant")
+	}
+	return nil
+}
+
+// checkSealedEncoding accepts a valid offline.Sealed encoding (its
+// UnmarshalBinary checks every field and the object's policy).
+func checkSealedEncoding(b []byte) error {
+	var s offline.Sealed
+	if err := s.UnmarshalBinary(b); err != nil {
+		return errors.New("is not a sealed key latchkey wrote")
 	}
 	return nil
 }

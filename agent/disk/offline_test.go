@@ -14,25 +14,62 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+	"github.com/latchkey/latchkey/attest/tpm"
+	"github.com/latchkey/latchkey/attest/tpm/offline"
+	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 )
 
-func sampleGrant(t *testing.T, maxBoots uint32) []byte {
+// testSealer seals on a swtpm for grants of a test Authorizer, so the
+// tokens the tests write hold real offline.Sealed encodings.
+type testSealer struct {
+	sim  *tpmtest.Simulator
+	auth *offline.Authorizer
+}
+
+func newTestSealer(t *testing.T) *testSealer {
+	t.Helper()
+	tpmtest.CheckTools(t)
+	key, err := offline.DeriveGrantKey(bytes.Repeat([]byte{1}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := offline.NewAuthorizer(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testSealer{sim: tpmtest.Start(t), auth: a}
+}
+
+// token seals a key for a grant of maxBoots boots.
+func (s *testSealer) token(t *testing.T, maxBoots uint32) *OfflineToken {
 	t.Helper()
 	pcrs := map[uint32][]byte{}
 	for i := uint32(0); i < 24; i++ {
 		pcrs[i] = bytes.Repeat([]byte{byte(i)}, 32)
 	}
-	b, err := EncodeGrant(&latchkeyv1.OfflineGrant{SignerPublic: bytes.Repeat([]byte{1}, 88), PolicyRef: bytes.Repeat([]byte{2}, 32),
-		Pcrs: pcrs, ResetCount: 7, ClockMs: 123456, MaxBoots: maxBoots, MaxHours: 72, Signature: bytes.Repeat([]byte{3}, 72)})
+	g, err := s.auth.Grant(offline.GrantRequest{PolicyRef: offline.PolicyRef([]byte("ek"), "disk"), PCRs: pcrs,
+		ResetCount: 7, ClockMS: 123456, MaxBoots: maxBoots, MaxHours: 72})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
-}
-
-func sampleToken(t *testing.T, fill byte) *OfflineToken {
-	return &OfflineToken{Sealed: bytes.Repeat([]byte{fill}, 400), Grant: sampleGrant(t, uint32(fill))}
+	tp, err := tpm.OpenDevice(s.sim.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	sealed, err := offline.Seal(tp, bytes.Repeat([]byte{0x5a}, 32), g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := sealed.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, err := EncodeGrant(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &OfflineToken{Sealed: sb, Grant: gb}
 }
 
 // rigWithToken is a formatted disk whose header carries tok.
@@ -61,7 +98,8 @@ func TestOfflineTokenRoundTrip(t *testing.T) {
 	orig := readDev(t, r.dev, 0, 2*hdrSize)
 	h0, _ := diskHeader(t, r.dev)
 	ctx := context.Background()
-	for _, tok := range []*OfflineToken{sampleToken(t, 5), sampleToken(t, 6)} {
+	ts := newTestSealer(t)
+	for _, tok := range []*OfflineToken{ts.token(t, 5), ts.token(t, 6)} {
 		if err := l.StoreOffline(ctx, plan.UUID, tok); err != nil {
 			t.Fatalf("store: %v", err)
 		}
@@ -114,7 +152,7 @@ func TestOfflineTokenImportedByCryptsetup(t *testing.T) {
 	r := newRig(t, testDiskSize)
 	plan, _ := r.mustBoot(r.stage(nil), testKey(1))
 	r.kernel.powerOff()
-	tok := sampleToken(t, 9)
+	tok := newTestSealer(t).token(t, 9)
 	js, _ := tokensJSON(tok)
 	var one map[string]json.RawMessage
 	_ = json.Unmarshal(js, &one)
@@ -157,7 +195,9 @@ func grantJSONValue(b []byte) string { return base64.StdEncoding.EncodeToString(
 // token-shaped edits an attacker would try to slip past are refused too,
 // and the bounds themselves are accepted.
 func TestOfflineTokenTamperedRefused(t *testing.T) {
-	tok := sampleToken(t, 5)
+	tok := newTestSealer(t).token(t, 5)
+	edited := bytes.Clone(tok.Sealed)
+	edited[12]++ // the counter value at sealing: the policy no longer matches
 	sealed := base64.StdEncoding.EncodeToString(tok.Sealed)
 	grant := grantJSONValue(tok.Grant)
 	unknownField := protowire.AppendVarint(protowire.AppendTag(bytes.Clone(tok.Grant), 99, protowire.VarintType), 1)
@@ -190,7 +230,8 @@ func TestOfflineTokenTamperedRefused(t *testing.T) {
 		{"sealed a number", replace(`"sealed":"`+sealed+`"`, `"sealed":1`), `tokens.0.sealed is number 1, want a base64 string`},
 		{"sealed oversized", replace(sealed, b64(3000)), `tokens.0.sealed is over 2048 bytes`},
 		{"sealed one byte over", replace(sealed, b64(2049)), `tokens.0.sealed is 2049 bytes, want 1 to 2048`},
-		{"sealed at the bound", replace(sealed, b64(2048)), ``},
+		{"sealed at the bound", replace(sealed, b64(2048)), `tokens.0.sealed is not a sealed key latchkey wrote`},
+		{"sealed counter edited", replace(sealed, base64.StdEncoding.EncodeToString(edited)), `tokens.0.sealed is not a sealed key latchkey wrote`},
 		{"grant garbage", replace(grant, b64(40)), `tokens.0.grant is not an OfflineGrant`},
 		{"grant unknown field", replace(grant, grantJSONValue(unknownField)), `tokens.0.grant holds fields an OfflineGrant does not have`},
 		{"grant reordered", replace(grant, grantJSONValue(reordered)), `tokens.0.grant is not the canonical encoding of its OfflineGrant`},
@@ -221,7 +262,7 @@ func TestOfflineTokenTamperedRefused(t *testing.T) {
 // Everything the validator refused before is still refused with a token
 // beside it, and a tokens value of another kind is refused.
 func TestOfflineTokenDoesNotWidenTheShape(t *testing.T) {
-	r, _, _ := rigWithToken(t, sampleToken(t, 5))
+	r, _, _ := rigWithToken(t, newTestSealer(t).token(t, 5))
 	editHeader(t, r.dev, func(s string) string { return strings.Replace(s, `"sector_size":4096`, `"sector_size":512`, 1) })
 	_, err := validateHeader(readDev(t, r.dev, 0, blankCheckLength), "")
 	if want := ErrHeaderRejected.Error() + ": segments.0.sector_size is number 512, want number 4096"; err == nil || err.Error() != want {
@@ -242,7 +283,8 @@ func TestOfflineTokenDoesNotWidenTheShape(t *testing.T) {
 // copies. Copies that differ in anything else besides the token are
 // still refused.
 func TestOfflineTokenWriteCutShort(t *testing.T) {
-	old, next := sampleToken(t, 5), sampleToken(t, 6)
+	ts := newTestSealer(t)
+	old, next := ts.token(t, 5), ts.token(t, 6)
 	r, _, plan := rigWithToken(t, old)
 	stop := errors.New("killed")
 	cut := r.stage(func(c *LUKSConfig) {
