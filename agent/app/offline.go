@@ -25,8 +25,12 @@ func newOffline(cfg *config.Config, d disk.Stage) *boot.Offline {
 	if !ok || variant(cfg) != "tpm" {
 		return nil
 	}
-	return &boot.Offline{Sealer: tpmSealer{device: cfg.TPM.Device}, Store: store, After: cfg.Offline.After.Duration}
+	return &boot.Offline{Sealer: NewTPMSealer(cfg.TPM.Device), Store: store, After: cfg.Offline.After.Duration}
 }
+
+// NewTPMSealer is the boot's Sealer on the TPM at device (a path or
+// tcp://HOST:PORT, as tpm.OpenDevice takes).
+func NewTPMSealer(device string) boot.Sealer { return tpmSealer{device: device} }
 
 // tpmSealer is boot.Sealer over attest/tpm/offline. Like the issuer it
 // opens the TPM for each operation, so a swtpm (one connection at a
