@@ -45,7 +45,9 @@ func (v *verifier) ticket() (*latchkeyv1.Ticket, error) {
 	return &latchkeyv1.Ticket{DiskKey: bytes.Clone(v.key), OfflineGrant: v.grant()}, nil
 }
 
-func (v *verifier) Get(context.Context, ticket.Request) (*latchkeyv1.Ticket, error) { return v.ticket() }
+func (v *verifier) Get(context.Context, ticket.Request) (*latchkeyv1.Ticket, error) {
+	return v.ticket()
+}
 
 func (v *verifier) GetWithin(_ context.Context, _ ticket.Request, _ time.Duration) (*latchkeyv1.Ticket, error) {
 	if v.down {
