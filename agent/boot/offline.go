@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchkey/latchkey/agent/disk"
 	"github.com/latchkey/latchkey/agent/ticket"
+	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -121,7 +122,10 @@ func (b *Boot) attestOrUnseal(ctx context.Context, plan disk.Plan) (*latchkeyv1.
 		}
 	case errors.Is(err, ticket.ErrStopped), ctx.Err() != nil:
 		return nil, nil, err
-	case errors.Is(err, ticket.ErrUnreachable):
+	case errors.Is(err, ticket.ErrUnreachable), errors.Is(err, atls.ErrPinMismatch):
+		// No verifier answered, or none that proved itself one: a host
+		// that can present a wrong certificate could as well drop the
+		// packets, and the TPM's bounds hold either way.
 		key, err := b.unseal(plan)
 		if err == nil {
 			return nil, key, nil
@@ -129,11 +133,13 @@ func (b *Boot) attestOrUnseal(ctx context.Context, plan disk.Plan) (*latchkeyv1.
 		b.cfg.Logger.Warn("offline unlock refused by the TPM; retrying the verifiers", logkey.Error, err.Error())
 		b.cfg.OnProgress(Attesting, "attesting (offline unlock refused: "+err.Error()+")")
 	default:
-		// The evidence device failed, or no verifier matches the pins:
-		// the same as without a token.
+		// The evidence device failed: the same as without a token.
 		return nil, nil, err
 	}
 	t, err = b.cfg.Tickets.Get(ctx, b.request(plan, false))
+	if err != nil {
+		b.OfflineRefused(ctx, err) // a refusal that withdraws, retried until the timeout
+	}
 	return t, nil, err
 }
 

@@ -15,6 +15,8 @@ import (
 
 	"github.com/latchkey/latchkey/agent/disk"
 	"github.com/latchkey/latchkey/agent/ticket"
+	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/atls"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -331,5 +333,33 @@ func TestOfflineNoTokenIsTodaysBoot(t *testing.T) {
 	}
 	if len(r.tickets.windows) != 0 || r.sealer.unseals != 0 || r.tickets.reqs[0].Offline != nil {
 		t.Fatalf("windows %v, unseals %d, Hello.offline %v", r.tickets.windows, r.sealer.unseals, r.tickets.reqs[0].Offline)
+	}
+}
+
+// A window in which only a verifier that failed its pin answered is no
+// answer (a host that can present a certificate could as well drop the
+// packets); a failed evidence device is today's failure, no unseal.
+func TestOfflinePinMismatchAndDeviceFailure(t *testing.T) {
+	r := newOfflineRig(t, tokenOf(t, "s0", grantOf(5)))
+	r.tickets.withinErr = fmt.Errorf("gave up after 42s: %w", atls.ErrPinMismatch)
+	if err := r.boot.Run(context.Background()); err != nil || r.sealer.unseals != 1 {
+		t.Fatalf("pin mismatch: Run %v, unseals %d", err, r.sealer.unseals)
+	}
+	r = newOfflineRig(t, tokenOf(t, "s0", grantOf(5)))
+	r.tickets.withinErr = fmt.Errorf("evidence device failed: %w", attest.ErrDevice)
+	if err := r.boot.Run(context.Background()); !errors.Is(err, attest.ErrDevice) || r.sealer.unseals != 0 || len(r.tickets.reqs) != 1 {
+		t.Fatalf("device failure: Run %v, unseals %d, requests %d", err, r.sealer.unseals, len(r.tickets.reqs))
+	}
+}
+
+// A refusal that withdraws, reached only in the fallback's retries, still
+// erases the grant.
+func TestOfflineWithdrawAfterFallback(t *testing.T) {
+	r := newOfflineRig(t, tokenOf(t, "s0", grantOf(5)))
+	r.tickets.withinErr = unreachable
+	r.sealer.unsealErr = errors.New("offline grant expired: time bound reached")
+	r.tickets.getErr = fmt.Errorf("gave up after 10m: %w", &ticket.RefusedError{Reason: latchkeyv1.Reason_REVOKED, WithdrawOffline: true})
+	if err := r.boot.Run(context.Background()); err == nil || len(r.sealer.withdrawn) != 1 || r.store.removed != 1 {
+		t.Fatalf("Run %v, withdrawn %d, removed %d", err, len(r.sealer.withdrawn), r.store.removed)
 	}
 }
