@@ -93,9 +93,6 @@ type offline struct {
 	withdrawn bool
 }
 
-// errNoVerifier is the window ending with no verifier answering.
-var errNoVerifier = errors.New("no verifier answered")
-
 // attestOrUnseal gets a ticket; with a token held, it tries the verifiers
 // for Offline.After first and, if none answered, unseals the key. Exactly
 // one of the ticket and the key is returned on success.
