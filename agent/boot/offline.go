@@ -260,7 +260,7 @@ func (o *offline) afterTicket(ctx context.Context, b *Boot, t *latchkeyv1.Ticket
 }
 
 // renew stores g: with the sealed object already held when g opens it,
-// else sealed anew under key.
+// else sealed anew under key (the old object withdrawn first).
 func (o *offline) renew(ctx context.Context, b *Boot, g *latchkeyv1.OfflineGrant, key []byte) error {
 	grant, err := disk.EncodeGrant(g)
 	if err != nil {
@@ -278,6 +278,13 @@ func (o *offline) renew(ctx context.Context, b *Boot, g *latchkeyv1.OfflineGrant
 	case len(key) == 0:
 		return errors.New("the grant needs a new seal, which needs the disk key: at the next boot that reaches a verifier")
 	default:
+		// Another signer (a rotated secret): the old object is withdrawn
+		// first, so no copy of the old token opens with the old grants.
+		if cur != nil {
+			if err := o.cfg.Sealer.Withdraw(cur.Sealed); err != nil {
+				return fmt.Errorf("withdraw the grant of the previous signer: %w", err)
+			}
+		}
 		if sealed, err = o.cfg.Sealer.Seal(key, g); err != nil {
 			return fmt.Errorf("seal: %w", err)
 		}

@@ -282,8 +282,9 @@ func TestOfflineGrantSealRenewWithdraw(t *testing.T) {
 	if err := r.boot.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.sealer.sealed) != 1 || !reflect.DeepEqual(r.store.stored[0], tokenOf(t, "sealed-1", grantOf(6))) {
-		t.Fatalf("new signer: sealed %d, stored %+v", len(r.sealer.sealed), r.store.stored)
+	if len(r.sealer.sealed) != 1 || !reflect.DeepEqual(r.store.stored[0], tokenOf(t, "sealed-1", grantOf(6))) ||
+		len(r.sealer.withdrawn) != 1 || string(r.sealer.withdrawn[0]) != "s0" {
+		t.Fatalf("new signer: sealed %d, stored %+v, withdrawn %q: want the old object withdrawn, then a new seal", len(r.sealer.sealed), r.store.stored, r.sealer.withdrawn)
 	}
 
 	// Withdrawn by a ticket.
