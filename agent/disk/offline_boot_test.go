@@ -34,13 +34,18 @@ type verifier struct {
 	auth *offline.Authorizer
 	key  []byte
 	down bool
-	gets int
+	// withdraw: the ticket withdraws the grant instead of carrying one.
+	withdraw bool
+	gets     int
 }
 
 func (v *verifier) ticket() (*latchkeyv1.Ticket, error) {
 	v.gets++
 	if v.down {
 		return nil, errors.New("gave up: " + ticket.ErrUnreachable.Error())
+	}
+	if v.withdraw {
+		return &latchkeyv1.Ticket{DiskKey: bytes.Clone(v.key), WithdrawOffline: true}, nil
 	}
 	return &latchkeyv1.Ticket{DiskKey: bytes.Clone(v.key), OfflineGrant: v.grant()}, nil
 }
@@ -126,10 +131,8 @@ func (m *offlineMachine) reboot(uki string) {
 	m.sim.Extend(m.t, 11, []byte(uki))
 }
 
-// First boot attested with a grant; the next boot, with no verifier,
-// unlocks offline with the TPM's key and finds the data; a boot with
-// another UKI does not unlock; and the grant's boots run out, named.
-func TestOfflineUnlockOnLoopDeviceAndSwtpm(t *testing.T) {
+func newOfflineMachine(t *testing.T) *offlineMachine {
+	t.Helper()
 	tpmtest.CheckTools(t)
 	gk, err := offline.DeriveGrantKey(bytes.Repeat([]byte{9}, 32))
 	if err != nil {
@@ -144,7 +147,64 @@ func TestOfflineUnlockOnLoopDeviceAndSwtpm(t *testing.T) {
 	m := &offlineMachine{t: t, sim: sim, dev: disk.NewLoopForTest(t, disk.TestDiskSize), root: t.TempDir(),
 		verifier: &verifier{t: t, sim: sim, auth: auth, key: bytes.Repeat([]byte{0x33}, 32)}}
 	m.kernel, m.powerOff = disk.NewLoopKernelForTest(t)
+	return m
+}
 
+// header reads or writes both header copies (32 KiB) of the loop device.
+func (m *offlineMachine) header(write []byte) []byte {
+	f, err := os.OpenFile(m.dev, os.O_RDWR, 0)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer f.Close()
+	if write != nil {
+		if _, err := f.WriteAt(write, 0); err != nil {
+			m.t.Fatal(err)
+		}
+		return write
+	}
+	b := make([]byte, 32<<10)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		m.t.Fatal(err)
+	}
+	return b
+}
+
+// A verifier's withdrawal erases the token and moves the TPM's grant
+// counter: a copy of the old header, token and all, put back by someone
+// who kept it, passes the header validator but the TPM refuses it.
+func TestOfflineWithdrawKillsCopiedToken(t *testing.T) {
+	m := newOfflineMachine(t)
+	if _, err := m.run(); err != nil {
+		t.Fatalf("first boot: %v", err)
+	}
+	copied := m.header(nil)
+	m.reboot("genuine uki")
+	m.verifier.withdraw = true
+	b, err := m.run()
+	if err != nil {
+		t.Fatalf("boot with a withdrawal: %v", err)
+	}
+	if h := b.OfflineHello(); h == nil || !h.Withdrawn || h.Held {
+		t.Fatalf("Hello.offline after the withdrawal: %v", h)
+	}
+	if plan, err := m.stage().Prepare(context.Background()); err != nil || plan.Offline != nil {
+		t.Fatalf("after the withdrawal: %v, token %v", err, plan.Offline)
+	}
+	m.reboot("genuine uki")
+	m.header(copied)
+	m.verifier.down = true
+	m.logs.Reset()
+	if _, err := m.run(); err == nil || !strings.Contains(m.logs.String(), offline.ErrWithdrawn.Error()) {
+		t.Fatalf("the copied token: %v\n%s", err, m.logs.String())
+	}
+}
+
+// First boot attested with a grant; the next boot, with no verifier,
+// unlocks offline with the TPM's key and finds the data; a boot with
+// another UKI does not unlock; and the grant's boots run out, named.
+func TestOfflineUnlockOnLoopDeviceAndSwtpm(t *testing.T) {
+	m := newOfflineMachine(t)
 	if _, err := m.run(); err != nil {
 		t.Fatalf("first boot: %v", err)
 	}
