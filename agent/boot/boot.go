@@ -165,7 +165,12 @@ func (b *Boot) Run(ctx context.Context) error {
 		return &StageError{StageTicket, err}
 	}
 	if key != nil {
-		return b.runOffline(ctx, plan, key)
+		if done, err := b.runOffline(ctx, plan, key); done {
+			return err
+		}
+		if t, err = b.cfg.Tickets.Get(ctx, b.request(plan, false)); err != nil {
+			return &StageError{StageTicket, err}
+		}
 	}
 	var sealKey []byte // kept for a grant's seal, once the key opened the disk
 	if b.off != nil && t.GetOfflineGrant() != nil {

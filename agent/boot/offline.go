@@ -167,7 +167,10 @@ func OfflineLine(st OfflineStatus) string {
 // join: a bootstrap token comes only from a verifier. A node that holds
 // kubelet credentials runs as after any reboot; one that does not stays
 // unjoined until a boot that reaches a verifier.
-func (b *Boot) runOffline(ctx context.Context, plan disk.Plan, key []byte) error {
+//
+// done is false when the released key did not open the disk and nothing
+// was written: the boot then goes on as today, with the verifiers.
+func (b *Boot) runOffline(ctx context.Context, plan disk.Plan, key []byte) (done bool, err error) {
 	defer clear(key)
 	b.cfg.OnProgress(OpeningDisk, "unlocking state disk offline")
 	gen := uint32(0)
@@ -175,8 +178,16 @@ func (b *Boot) runOffline(ctx context.Context, plan disk.Plan, key []byte) error
 		gen = *plan.KeyGeneration
 	}
 	res, err := openWithKeys(ctx, b.cfg.Disk, plan, &latchkeyv1.Ticket{DiskKey: key, KeyGeneration: gen})
+	if errors.Is(err, disk.ErrHeaderWritten) {
+		return true, &StageError{StageDisk, err}
+	}
 	if err != nil {
-		return &StageError{StageDisk, err}
+		b.off.mu.Lock()
+		b.off.booted = false
+		b.off.mu.Unlock()
+		b.cfg.Logger.Warn("the key the TPM released did not open the state disk; retrying the verifiers", logkey.Error, err.Error())
+		b.cfg.OnProgress(Attesting, "attesting (offline unlock failed: "+err.Error()+")")
+		return false, nil
 	}
 	st := b.off.status()
 	line := OfflineLine(st)
@@ -190,7 +201,7 @@ func (b *Boot) runOffline(ctx context.Context, plan disk.Plan, key []byte) error
 		b.cfg.Logger.Warn("offline boot without kubelet credentials: kubeadm join needs a verifier's token; the node stays unjoined until a boot that reaches a verifier")
 	}
 	b.cfg.OnProgress(Done, line)
-	return nil
+	return true, nil
 }
 
 // OfflineStatus is this boot's offline status; ok only while the node

@@ -364,3 +364,36 @@ func TestOfflineWithdrawAfterFallback(t *testing.T) {
 		t.Fatalf("Run %v, withdrawn %d, removed %d", err, len(r.sealer.withdrawn), r.store.removed)
 	}
 }
+
+// keyDisk refuses one key, as a disk whose keyslot that key does not open.
+type keyDisk struct {
+	fakeDisk
+	refuse []byte
+}
+
+func (d *keyDisk) Open(ctx context.Context, p disk.Plan, key []byte) (disk.Result, error) {
+	if bytes.Equal(key, d.refuse) {
+		return disk.Result{}, errors.New("unseal state disk: the ticket's key does not open it")
+	}
+	return d.fakeDisk.Open(ctx, p, key)
+}
+
+// A released key that does not open the disk is no offline boot: the
+// boot goes on with the verifiers.
+func TestOfflineKeyThatDoesNotOpenFallsBack(t *testing.T) {
+	r := newOfflineRig(t, tokenOf(t, "s0", grantOf(5)))
+	d := &keyDisk{fakeDisk: *r.disk, refuse: r.sealer.key}
+	b, err := New(Config{NodeName: "n1", Disk: d, Tickets: r.tickets, Logger: slog.New(slog.NewTextHandler(r.logs, nil)),
+		Offline: &Offline{Sealer: r.sealer, Store: r.store, After: testAfter}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.tickets.withinErr = unreachable
+	if err := b.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r.sealer.unseals != 1 || len(r.tickets.reqs) != 2 || !bytes.Equal(d.keySeen, ticketKey) || b.BootedOffline() ||
+		!strings.Contains(r.logs.String(), "did not open the state disk; retrying the verifiers") {
+		t.Fatalf("unseals %d, requests %d, booted offline %v\n%s", r.sealer.unseals, len(r.tickets.reqs), b.BootedOffline(), r.logs)
+	}
+}
