@@ -119,7 +119,7 @@ func validateHeader(head []byte, wantUUID string) (*header, error) {
 	if p.seqID == s.seqID && p.generation == s.generation && bytes.Equal(pj, sj) {
 		return h, nil
 	}
-	if tokenTransition(p, s, pj, sj) { // offline.go
+	if tokenTransition(p, s, pj, sj) { // offline_token.go
 		return h, nil
 	}
 	prior, err := checkTransition(head, p, pj, pp, s, sj)
