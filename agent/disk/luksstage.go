@@ -1,6 +1,8 @@
 package disk
 
 import (
+	"github.com/latchkey/latchkey/agent/disk/luks2"
+
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -82,7 +84,7 @@ func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
 	}
 	switch p.kind {
 	case kindOurs:
-		return Plan{UUID: p.uuid, Rejoin: true, KeyGeneration: planGeneration(p.hdr)}, nil
+		return Plan{UUID: p.uuid, Rejoin: true, KeyGeneration: planGeneration(p.hdr), Offline: luks2.OfflineTokenOf(p.hdr.JSON)}, nil
 	case kindInterrupted:
 		if err := l.usable(d, true); err != nil {
 			return Plan{}, err

@@ -259,3 +259,14 @@ const (
 	// TPMClockMS is the quote's TPM clock (ms) a grant counts hours from.
 	TPMClockMS = "tpm_clock_ms"
 )
+
+// Offline unlock on the agent (docs/offline-unlock.md).
+const (
+	// OfflineHeld is whether the state disk now holds an offline token.
+	OfflineHeld = "offline_held"
+	// OfflineHoursLeft is the TPM time left before the grant expires.
+	OfflineHoursLeft = "offline_hours_left"
+	// OfflineAfter is how long the agent tries the verifiers before it
+	// unlocks offline.
+	OfflineAfter = "offline_after"
+)
