@@ -19,12 +19,17 @@ var purePackages = map[string][]string{
 	// The LUKS2 on-disk format: bytes in, bytes out. crypto/rand is the
 	// kernel's random generator (the salts and anti-forensic stripes),
 	// not the device; protocol is the wire vocabulary (the UUID rule).
+	// The offline token's fields are checked with their own decoders:
+	// the wire OfflineGrant (proto) and offline.Sealed.UnmarshalBinary,
+	// a pure function (that package's TPM calls take a transport the
+	// caller opened; it opens no device).
 	"agent/disk/luks2": {
 		"bytes", "crypto/aes", "crypto/rand", "crypto/sha256", "crypto/subtle",
 		"encoding/base64", "encoding/binary", "encoding/json", "errors", "fmt", "hash", "io",
-		"slices", "strconv", "strings",
+		"reflect", "slices", "strconv", "strings",
 		"golang.org/x/crypto/pbkdf2", "golang.org/x/crypto/xts",
-		module + "protocol",
+		"google.golang.org/protobuf/proto",
+		module + "protocol", module + "proto/latchkey/v1", module + "attest/tpm/offline",
 	},
 }
 

@@ -101,7 +101,7 @@ func TestValidateRefusesEditedSynthesizedHeader(t *testing.T) {
 		{"cipher_null segment, both copies resummed", onCopies([]int{0, SecondaryOffset}, jsonEdit(`"encryption":"aes-xts-plain64","sector_size"`, `"encryption":"cipher_null-ecb","sector_size"`)),
 			`LUKS2 header rejected: segments.0.encryption is "cipher_null-ecb", want "aes-xts-plain64"`},
 		{"token added", onCopies([]int{0, SecondaryOffset}, jsonEdit(`"tokens":{}`, `"tokens":{"0":{"type":"host-escrow","keyslots":["0"]}}`)),
-			`LUKS2 header rejected: tokens has unexpected "0"`},
+			`LUKS2 header rejected: tokens.0 is a token of type "host-escrow", want "latchkey-offline"`},
 		{"duplicate key", onCopies([]int{0, SecondaryOffset}, jsonEdit(`"tokens":{}`, `"tokens":{},"tokens":{}`)),
 			`LUKS2 header rejected: JSON metadata: duplicate key "tokens"`},
 		{"subsystem latchkey-g0", onCopies([]int{0, SecondaryOffset}, binEdit(func(b []byte) { copy(b[OffSubsystem:], "latchkey-g0") })),
@@ -109,7 +109,7 @@ func TestValidateRefusesEditedSynthesizedHeader(t *testing.T) {
 		// Slipping past: the edit in the secondary copy only, which
 		// luks.go would fall back to were the primary damaged.
 		{"token added to the secondary only", onCopies([]int{SecondaryOffset}, jsonEdit(`"tokens":{}`, `"tokens":{"0":{"type":"host-escrow","keyslots":["0"]}}`)),
-			`LUKS2 header rejected: primary and secondary headers differ (secondary: tokens has unexpected "0")`},
+			`LUKS2 header rejected: primary and secondary headers differ (secondary: tokens.0 is a token of type "host-escrow", want "latchkey-offline")`},
 		{"control: unedited", func([]byte) {}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
