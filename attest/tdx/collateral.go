@@ -1,0 +1,335 @@
+package tdx
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math/big"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/google/go-tdx-guest/pcs"
+
+	"github.com/latchkey/latchkey/internal/logkey"
+)
+
+// ErrCollateralMissing says the cache holds no collateral under the name
+// asked for (or only a file that is unreadable or too large).
+var ErrCollateralMissing = errors.New("tdx collateral missing")
+
+// maxCollateralSize bounds one collateral file. Intel's TDX TCB info is
+// about 8 KiB, a PCK CRL a few KiB.
+const maxCollateralSize = 256 << 10
+
+// Collateral file names under CollateralConfig.Dir.
+const (
+	qeIdentityFile = "qeidentity.json"
+	rootCRLFile    = "rootcrl.der"
+	issuerSuffix   = ".issuer.pem"
+)
+
+// TCBInfoFileName is the cache file of the TCB info of a platform family
+// (FMSPC, 12 hex digits, lower case); its signing chain is kept next to it
+// with issuerSuffix.
+func TCBInfoFileName(fmspc string) string { return "tcbinfo-" + fmspc + ".json" }
+
+// PCKCRLFileName is the cache file of the CRL of a PCK CA ("platform" or
+// "processor").
+func PCKCRLFileName(ca string) string { return "pckcrl-" + ca + ".der" }
+
+// CollateralConfig configures NewCollateral.
+type CollateralConfig struct {
+	// Dir is the on-disk cache the operator fills ahead of time with
+	// `latchkey-verifier collateral fetch` (FetchCollateral). Layout:
+	//
+	//	<Dir>/tcbinfo-<FMSPC>.json            TDX TCB info, as Intel PCS serves it
+	//	<Dir>/tcbinfo-<FMSPC>.json.issuer.pem its signing chain (TCB signing cert, root)
+	//	<Dir>/qeidentity.json                 TD QE identity, as Intel PCS serves it
+	//	<Dir>/qeidentity.json.issuer.pem      its signing chain
+	//	<Dir>/pckcrl-<platform|processor>.der the PCK CA's CRL (DER)
+	//	<Dir>/rootcrl.der                     the root CA's CRL (DER)
+	//
+	// Nothing here is trusted for what it says: every item is checked
+	// against the policy's trusted roots (its signature, its signer's
+	// chain and the dates) each time a quote needs it.
+	Dir string
+	// Logger receives cache errors (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Collateral reads Intel's TDX collateral from the offline cache. It never
+// touches the network. Files are re-read when their size or modification
+// time changes, so a `collateral fetch` while the verifier runs takes
+// effect at the next join. Safe for concurrent use.
+type Collateral struct {
+	dir   string
+	log   *slog.Logger
+	mu    sync.Mutex
+	files map[string]cachedFile
+}
+
+type cachedFile struct {
+	size    int64
+	modTime time.Time
+	data    []byte
+}
+
+// NewCollateral returns a cache over cfg.Dir, which must exist.
+func NewCollateral(cfg CollateralConfig) (*Collateral, error) {
+	fi, err := os.Stat(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("tdx collateral dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("tdx collateral dir %s is not a directory", cfg.Dir)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Collateral{dir: cfg.Dir, log: log, files: map[string]cachedFile{}}, nil
+}
+
+// Dir is the cache directory.
+func (c *Collateral) Dir() string { return c.dir }
+
+// read returns the contents of name, from memory while the file is
+// unchanged. Errors other than a missing file are logged; every error
+// wraps ErrCollateralMissing.
+func (c *Collateral) read(name string) ([]byte, error) {
+	path := filepath.Join(c.dir, name)
+	fi, err := os.Stat(path)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			c.log.Warn("tdx collateral: stat", logkey.File, name, logkey.Error, err)
+		}
+		return nil, fmt.Errorf("%s: %w", name, ErrCollateralMissing)
+	}
+	c.mu.Lock()
+	cf, ok := c.files[name]
+	c.mu.Unlock()
+	if ok && cf.size == fi.Size() && cf.modTime.Equal(fi.ModTime()) {
+		return cf.data, nil
+	}
+	data, err := readLimited(path)
+	if err != nil {
+		c.log.Warn("tdx collateral: read", logkey.File, name, logkey.Error, err)
+		return nil, fmt.Errorf("%s: %w", name, ErrCollateralMissing)
+	}
+	c.mu.Lock()
+	c.files[name] = cachedFile{size: fi.Size(), modTime: fi.ModTime(), data: data}
+	c.mu.Unlock()
+	return data, nil
+}
+
+func readLimited(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxCollateralSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) == 0 || len(b) > maxCollateralSize {
+		return nil, fmt.Errorf("%d bytes is not collateral (1 to %d)", len(b), maxCollateralSize)
+	}
+	return b, nil
+}
+
+// signedItem is a TCB info or QE identity whose signature and signing
+// chain verified, with the window it may be used in.
+type signedItem struct {
+	signer     *x509.Certificate
+	issueDate  time.Time
+	nextUpdate time.Time
+}
+
+// collateralError is a collateral item that failed its checks: missing
+// (or stale) collateral is the operator's to refresh, a bad signature or
+// chain is untrusted.
+type collateralError struct {
+	stale bool
+	err   error
+}
+
+func (e *collateralError) Error() string { return e.err.Error() }
+func (e *collateralError) Unwrap() error { return e.err }
+
+func staleErr(format string, args ...any) error {
+	return &collateralError{stale: true, err: fmt.Errorf(format, args...)}
+}
+
+func untrustedErr(format string, args ...any) error {
+	return &collateralError{err: fmt.Errorf(format, args...)}
+}
+
+// tcbSignerCN is the subject of the key that signs TCB info and QE
+// identity.
+const tcbSignerCN = "Intel SGX TCB Signing"
+
+// verifySigned checks one signed PCS response: body is the JSON object
+// {"<field>": {...}, "signature": "<hex r||s>"} and issuerPEM its signing
+// certificate (and, ignored, the root); the signature must verify over the
+// raw bytes of field with a key whose certificate is named tcbSignerCN and
+// chains to roots at now. It returns the raw field for decoding.
+func verifySigned(body, issuerPEM []byte, field string, roots *x509.CertPool, now time.Time) (json.RawMessage, *x509.Certificate, error) {
+	var outer map[string]json.RawMessage
+	if err := json.Unmarshal(body, &outer); err != nil {
+		return nil, nil, untrustedErr("%s: not JSON: %w", field, err)
+	}
+	raw, ok := outer[field]
+	var sigHex string
+	if !ok || json.Unmarshal(outer["signature"], &sigHex) != nil {
+		return nil, nil, untrustedErr("%s: want fields %q and \"signature\"", field, field)
+	}
+	signer, err := parseSigner(issuerPEM)
+	if err != nil {
+		return nil, nil, untrustedErr("%s signing chain: %w", field, err)
+	}
+	if signer.Subject.CommonName != tcbSignerCN {
+		return nil, nil, untrustedErr("%s is signed by %q, not %q", field, signer.Subject.CommonName, tcbSignerCN)
+	}
+	if _, err := signer.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		return nil, nil, untrustedErr("%s signing certificate: %w", field, err)
+	}
+	if err := checkP256Signature(signer, raw, sigHex); err != nil {
+		return nil, nil, untrustedErr("%s signature: %w", field, err)
+	}
+	return raw, signer, nil
+}
+
+// parseSigner returns the first certificate of a PEM chain.
+func parseSigner(issuerPEM []byte) (*x509.Certificate, error) {
+	blk, _ := pem.Decode(issuerPEM)
+	if blk == nil || blk.Type != "CERTIFICATE" {
+		return nil, errors.New("no PEM certificate")
+	}
+	return x509.ParseCertificate(blk.Bytes)
+}
+
+// checkP256Signature verifies a raw r||s ECDSA P-256 signature (hex) over
+// SHA-256 of msg, Intel's format for PCS responses and quotes.
+func checkP256Signature(cert *x509.Certificate, msg []byte, sigHex string) error {
+	sig, err := hex.DecodeString(sigHex)
+	if err != nil || len(sig) != 64 {
+		return errors.New("not 64 bytes of hex")
+	}
+	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
+	if !ok {
+		return errors.New("signing key is not ECDSA")
+	}
+	digest := sha256.Sum256(msg)
+	r, s := new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])
+	if !ecdsa.Verify(pub, digest[:], r, s) {
+		return errors.New("does not verify")
+	}
+	return nil
+}
+
+// window checks now against an item's issue date and next update.
+func window(name string, issue, next, now time.Time) error {
+	if now.Before(issue) {
+		return staleErr("%s is issued %s, after now", name, issue.Format(time.RFC3339))
+	}
+	if now.After(next) {
+		return staleErr("%s expired at %s (its next update); run `latchkey-verifier collateral fetch`", name, next.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// tcbInfo returns the verified TDX TCB info of fmspc at now.
+func (c *Collateral) tcbInfo(fmspc string, roots *x509.CertPool, now time.Time) (*pcs.TcbInfo, *signedItem, error) {
+	name := TCBInfoFileName(fmspc)
+	info := &pcs.TcbInfo{}
+	item, err := c.signedFile(name, "tcbInfo", info, roots, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	item.issueDate, item.nextUpdate = info.IssueDate, info.NextUpdate
+	if info.ID != "TDX" || info.Version != 3 {
+		return nil, nil, untrustedErr("%s is %q version %d, want TDX version 3", name, info.ID, info.Version)
+	}
+	if len(info.TcbLevels) == 0 {
+		return nil, nil, untrustedErr("%s has no TCB levels", name)
+	}
+	if !bytesEqualFold(info.Fmspc, fmspc) {
+		return nil, nil, untrustedErr("%s is for FMSPC %s", name, info.Fmspc)
+	}
+	return info, item, window("TCB info "+name, info.IssueDate, info.NextUpdate, now)
+}
+
+// qeIdentity returns the verified TD QE identity at now.
+func (c *Collateral) qeIdentity(roots *x509.CertPool, now time.Time) (*pcs.EnclaveIdentity, error) {
+	id := &pcs.EnclaveIdentity{}
+	if _, err := c.signedFile(qeIdentityFile, "enclaveIdentity", id, roots, now); err != nil {
+		return nil, err
+	}
+	if id.ID != "TD_QE" || id.Version != 2 {
+		return nil, untrustedErr("%s is %q version %d, want TD_QE version 2", qeIdentityFile, id.ID, id.Version)
+	}
+	if len(id.TcbLevels) == 0 {
+		return nil, untrustedErr("%s has no TCB levels", qeIdentityFile)
+	}
+	return id, window("QE identity", id.IssueDate, id.NextUpdate, now)
+}
+
+func (c *Collateral) signedFile(name, field string, into any, roots *x509.CertPool, now time.Time) (*signedItem, error) {
+	body, err := c.read(name)
+	if err != nil {
+		return nil, staleErr("no %s in the collateral cache %s; run `latchkey-verifier collateral fetch`", name, c.dir)
+	}
+	issuer, err := c.read(name + issuerSuffix)
+	if err != nil {
+		return nil, staleErr("no %s in the collateral cache %s; run `latchkey-verifier collateral fetch`", name+issuerSuffix, c.dir)
+	}
+	raw, signer, err := verifySigned(body, issuer, field, roots, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(raw, into); err != nil {
+		return nil, untrustedErr("%s: %w", name, err)
+	}
+	return &signedItem{signer: signer}, nil
+}
+
+// crl returns the CRL in name, its signature checked against issuer and
+// its dates against now.
+func (c *Collateral) crl(name string, issuer *x509.Certificate, now time.Time) (*x509.RevocationList, error) {
+	der, err := c.read(name)
+	if err != nil {
+		return nil, staleErr("no %s in the collateral cache %s; run `latchkey-verifier collateral fetch`", name, c.dir)
+	}
+	crl, err := x509.ParseRevocationList(der)
+	if err != nil {
+		return nil, untrustedErr("%s: %w", name, err)
+	}
+	if err := crl.CheckSignatureFrom(issuer); err != nil {
+		return nil, untrustedErr("%s is not signed by %q: %w", name, issuer.Subject.CommonName, err)
+	}
+	return crl, window("CRL "+name, crl.ThisUpdate, crl.NextUpdate, now)
+}
+
+// revoked reports whether crl lists cert.
+func revoked(crl *x509.RevocationList, cert *x509.Certificate) bool {
+	for _, e := range crl.RevokedCertificateEntries {
+		if e.SerialNumber.Cmp(cert.SerialNumber) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func bytesEqualFold(a, b string) bool { return bytes.EqualFold([]byte(a), []byte(b)) }
