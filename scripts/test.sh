@@ -177,7 +177,7 @@ AGENT_MODULES=(
   github.com/coreos/go-systemd/v22
   github.com/dgryski/go-camellia github.com/jzelinskie/whirlpool
   github.com/google/go-configfs-tsm github.com/google/go-eventlog
-  github.com/google/go-sev-guest github.com/google/logger
+  github.com/google/go-sev-guest github.com/google/go-tdx-guest github.com/google/logger
   github.com/google/go-tpm github.com/google/uuid
   go.uber.org/multierr go.yaml.in/yaml/v2 go.yaml.in/yaml/v3
   golang.org/x/crypto golang.org/x/net golang.org/x/sys golang.org/x/text
@@ -207,6 +207,7 @@ unit_and_integration() {
   go test -count=1 -timeout 20m ./...
   # A short run of each fuzz target keeps the decoders honest.
   go test -run '^$' -fuzz '^FuzzDecodeEvidence$' -fuzztime 20s -fuzzminimizetime 2s ./attest/snp
+  go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 10s -fuzzminimizetime 2s ./attest/tdx
   go test -run '^$' -fuzz '^FuzzVerifyBoot$' -fuzztime 20s -fuzzminimizetime 2s ./attest/tpm
   # Replay-preserving edits of every event-log corpus: refused or no change.
   go test -run '^$' -fuzz '^FuzzEventLogEdits$' -fuzztime 30s -fuzzminimizetime 5s ./attest/tpm

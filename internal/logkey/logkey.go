@@ -218,6 +218,8 @@ const (
 	// CertificateTableBytes is the size of an SEV-SNP report's
 	// certificate table.
 	CertificateTableBytes = "certificate_table_bytes"
+	// QuoteBytes is the size of a TDX quote.
+	QuoteBytes = "quote_bytes"
 )
 
 // Time and retries.

@@ -1,0 +1,148 @@
+// Package issuer is the agent side of latchkey's Intel TDX evidence
+// variant: it asks the TDX module, through the kernel, for a TD quote
+// whose REPORTDATA carries the session binding, and sends it as
+// TDXEvidence. It uses the kernel's configfs-tsm report interface where
+// present and the TDX guest device (/dev/tdx_guest) otherwise, both
+// through go-tdx-guest's client. It links no verification code: the
+// verifier side is attest/tdx.
+package issuer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/google/go-tdx-guest/abi"
+	"github.com/google/go-tdx-guest/client"
+	pb "github.com/google/go-tdx-guest/proto/tdx"
+
+	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/tdx/wire"
+	"github.com/latchkey/latchkey/internal/logkey"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// guestDevice is the TDX guest device of kernels without configfs-tsm.
+const guestDevice = "/dev/tdx_guest"
+
+// Config configures New.
+type Config struct {
+	// QuoteProvider gets quotes: a go-tdx-guest client.QuoteProvider or
+	// client.Device. nil selects the platform's: configfs-tsm when the
+	// kernel offers it with the tdx_guest provider, else the TDX guest
+	// device. Tests inject a fake.
+	QuoteProvider any
+	// Logger receives one line per quote (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Issuer produces TDX evidence on the agent. It implements attest.Issuer.
+type Issuer struct {
+	qp  any
+	log *slog.Logger
+}
+
+var _ attest.Issuer = (*Issuer)(nil)
+
+// New returns an issuer over cfg's quote provider, failing when the
+// machine offers no TDX guest interface.
+func New(cfg Config) (*Issuer, error) {
+	qp := cfg.QuoteProvider
+	if qp == nil {
+		if !Available() {
+			return nil, errors.New("tdx: neither configfs-tsm with the tdx_guest provider nor " + guestDevice + " is present")
+		}
+		p, err := client.GetQuoteProvider()
+		if err != nil {
+			return nil, fmt.Errorf("tdx: %w", err)
+		}
+		qp = p
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Issuer{qp: qp, log: log}, nil
+}
+
+// Available reports whether this machine offers a TDX guest interface
+// (configfs-tsm with the tdx_guest provider, or the TDX guest device), for
+// the agent's "auto" variant selection.
+func Available() bool {
+	if p, err := client.GetQuoteProvider(); err == nil && p.IsSupported() == nil {
+		return true
+	}
+	_, err := os.Stat(guestDevice)
+	return err == nil
+}
+
+// Variant is VARIANT_TDX.
+func (i *Issuer) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_TDX }
+
+// Attest gets a quote whose REPORTDATA is binding followed by 32 zero
+// bytes and returns it, without the kernel buffer's zero padding, as
+// serialized TDXEvidence.
+func (i *Issuer) Attest(ctx context.Context, binding []byte) (attest.Attestation, error) {
+	rd, err := wire.ReportData(binding)
+	if err != nil {
+		return nil, fmt.Errorf("tdx: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	raw, err := client.GetRawQuote(i.qp, rd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tdx: get quote: %w", attest.ErrDevice, err)
+	}
+	quote, err := checkOwnQuote(raw, rd)
+	if err != nil {
+		return nil, err
+	}
+	ev, err := wire.EncodeEvidence(quote)
+	if err != nil {
+		return nil, fmt.Errorf("tdx: %w", err)
+	}
+	i.log.Info("tdx quote", logkey.QuoteBytes, len(quote))
+	return &attestation{evidence: ev}, nil
+}
+
+// checkOwnQuote trims the padding of a quote the module returned and
+// checks that it parses and carries the requested REPORTDATA, so a device
+// that answers with something else fails here, not at the verifier.
+func checkOwnQuote(raw []byte, rd [wire.ReportDataSize]byte) ([]byte, error) {
+	quote, err := wire.TrimQuote(raw)
+	if err != nil {
+		return nil, fmt.Errorf("tdx: %w", err)
+	}
+	anyQ, err := abi.QuoteToProto(quote)
+	if err != nil {
+		return nil, fmt.Errorf("tdx: parse own quote: %w", err)
+	}
+	q, ok := anyQ.(*pb.QuoteV4)
+	if !ok {
+		return nil, fmt.Errorf("tdx: own quote of type %T is not version 4", anyQ)
+	}
+	if !bytes.Equal(q.GetTdQuoteBody().GetReportData(), rd[:]) {
+		return nil, errors.New("tdx: quote does not carry the requested REPORTDATA")
+	}
+	return quote, nil
+}
+
+// Close releases nothing: go-tdx-guest's providers open the interface per
+// request.
+func (i *Issuer) Close() error { return nil }
+
+type attestation struct{ evidence []byte }
+
+func (a *attestation) Evidence() []byte { return a.evidence }
+
+// Respond refuses: TDX evidence needs no challenge, so a verifier that
+// sends one is not speaking this protocol.
+func (a *attestation) Respond(context.Context, []byte) ([]byte, error) {
+	return nil, errors.New("tdx: the TDX variant takes no challenge")
+}
+
+func (a *attestation) Close() error { return nil }

@@ -1,0 +1,85 @@
+package issuer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-tdx-guest/testing/testdata"
+
+	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/tdx/wire"
+)
+
+// fakeProvider is a client.QuoteProvider that answers with quote, its
+// REPORTDATA set to the request when setReportData, in an 8000-byte
+// zero-padded buffer as the kernel returns it. The issuer does not verify
+// signatures, so the edited quote serves its unit tests.
+type fakeProvider struct {
+	setReportData bool
+	err           error
+}
+
+const offReportData = 568
+
+func (p *fakeProvider) IsSupported() error { return nil }
+
+func (p *fakeProvider) GetRawQuote(rd [64]byte) ([]uint8, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	q := testdata.RawQuote[:wire.QuoteLength(testdata.RawQuote)]
+	buf := make([]byte, 8000)
+	copy(buf, q)
+	if p.setReportData {
+		copy(buf[offReportData:], rd[:])
+	}
+	return buf, nil
+}
+
+func TestAttest(t *testing.T) {
+	iss, err := New(Config{QuoteProvider: &fakeProvider{setReportData: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	binding := bytes.Repeat([]byte{0x5a}, attest.BindingSize)
+	a, err := iss.Attest(context.Background(), binding)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := wire.DecodeEvidence(a.Evidence())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q) != 4935 {
+		t.Errorf("quote of %d bytes, want the 4935 signed bytes without padding", len(q))
+	}
+	rd := q[offReportData : offReportData+64]
+	if !bytes.Equal(rd[:32], binding) || !bytes.Equal(rd[32:], make([]byte, 32)) {
+		t.Errorf("REPORTDATA %x is not the binding and zeros", rd)
+	}
+	if _, err := a.Respond(context.Background(), []byte("x")); err == nil || !strings.Contains(err.Error(), "takes no challenge") {
+		t.Errorf("Respond = %v", err)
+	}
+}
+
+func TestAttestRefusesOtherQuote(t *testing.T) {
+	iss, _ := New(Config{QuoteProvider: &fakeProvider{}})
+	_, err := iss.Attest(context.Background(), make([]byte, attest.BindingSize))
+	if err == nil || err.Error() != "tdx: quote does not carry the requested REPORTDATA" {
+		t.Fatalf("Attest = %v", err)
+	}
+}
+
+func TestAttestDeviceFailure(t *testing.T) {
+	iss, _ := New(Config{QuoteProvider: &fakeProvider{err: errors.New("EBUSY")}})
+	_, err := iss.Attest(context.Background(), make([]byte, attest.BindingSize))
+	if !errors.Is(err, attest.ErrDevice) || !strings.Contains(err.Error(), "get quote: EBUSY") {
+		t.Fatalf("Attest = %v, want a device failure", err)
+	}
+	if _, err := iss.Attest(context.Background(), make([]byte, 31)); err == nil || !strings.Contains(err.Error(), "binding is 31 bytes") {
+		t.Fatalf("short binding: %v", err)
+	}
+}
