@@ -15,10 +15,6 @@ import (
 // TCB level the platform, TDX module or QE meets. No policy accepts it.
 const NoTCBLevel pcs.TcbComponentStatus = "NoMatchingTCBLevel"
 
-// KeyTDXPlatform is the key kind of a TDX platform, named by the PPID of
-// its PCK certificate; it prefixes the MachineID it makes.
-const KeyTDXPlatform attest.KeyKind = "tdx-ppid"
-
 // State is the verified machine state of a TDX join (attest.Verified's
 // State). Every field comes from a quote whose decoding, chain,
 // collateral, signature, QE, TDX module and binding checks (Verify)
@@ -104,7 +100,7 @@ func (s *State) Keys() []attest.Key {
 	if len(s.PPID) == 0 {
 		return nil
 	}
-	return []attest.Key{{Kind: KeyTDXPlatform, Value: hex.EncodeToString(s.PPID)}}
+	return []attest.Key{{Kind: attest.KeyTDXPPID, Value: hex.EncodeToString(s.PPID)}}
 }
 
 // machineID is the identity bindings use (see the package doc):
@@ -115,7 +111,7 @@ func machineID(st *State, bindMRConfigID bool) string {
 	if len(st.PPID) == 0 {
 		return ""
 	}
-	id := string(KeyTDXPlatform) + ":" + hex.EncodeToString(st.PPID)
+	id := string(attest.KeyTDXPPID) + ":" + hex.EncodeToString(st.PPID)
 	if bindMRConfigID {
 		id += "/mrconfigid:" + hex.EncodeToString(st.MRConfigID)
 	}

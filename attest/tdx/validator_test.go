@@ -146,7 +146,7 @@ func TestVerifyRealQuote(t *testing.T) {
 	if len(st.PPID) != 16 || ver.MachineID != "tdx-ppid:"+hex.EncodeToString(st.PPID) {
 		t.Errorf("PPID %x, MachineID %q", st.PPID, ver.MachineID)
 	}
-	if k := st.Keys(); len(k) != 1 || k[0].Kind != KeyTDXPlatform {
+	if k := st.Keys(); len(k) != 1 || k[0].Kind != attest.KeyTDXPPID {
 		t.Errorf("Keys = %v", k)
 	}
 	// The QE is current; the platform's CPUSVN (PCK 03030202020100 02) is
