@@ -11,6 +11,7 @@ import (
 
 	"github.com/latchkey/latchkey/agent/config"
 	"github.com/latchkey/latchkey/attest/snp"
+	tdxissuer "github.com/latchkey/latchkey/attest/tdx/issuer"
 	"github.com/latchkey/latchkey/attest/tpm"
 )
 
@@ -20,6 +21,9 @@ type snippet struct {
 	APIVersion string      `json:"apiVersion"`
 	TPM        *tpm.Policy `json:"tpm,omitempty"`
 	SNP        *snp.Policy `json:"snp,omitempty"`
+	// TDX has the tdx section's fields; the agent does not link the
+	// verifier's TDX validator.
+	TDX *tdxissuer.Values `json:"tdx,omitempty"`
 }
 
 // Measure writes the machine's current reference values as a policy
@@ -29,9 +33,12 @@ func Measure(ctx context.Context, cfg *config.Config, w io.Writer) error {
 	var err error
 	v := variant(cfg)
 	var view string
-	if v == "snp" {
+	switch v {
+	case "snp":
 		s.SNP, err = snp.Measure(ctx, snp.IssuerConfig{})
-	} else {
+	case "tdx":
+		s.TDX, err = tdxissuer.Measure(tdxissuer.Config{})
+	default:
 		s.TPM, view, err = measureTPM(ctx, cfg)
 	}
 	if err != nil {

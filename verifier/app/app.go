@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/latchkey/latchkey/attest/snp"
-	"github.com/latchkey/latchkey/attest/tdx"
 	"github.com/latchkey/latchkey/attest/snp/kubestore"
+	"github.com/latchkey/latchkey/attest/tdx"
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"

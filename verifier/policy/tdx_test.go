@@ -5,8 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tdx"
+	"github.com/latchkey/latchkey/attest/tdx/issuer"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -70,5 +73,23 @@ func TestDenyTDX(t *testing.T) {
 		if _, err := Load([]byte("apiVersion: latchkey/v1\ntdx: {}\ndeny:\n"+bad), Deps{}); err == nil {
 			t.Errorf("deny %q loaded", bad)
 		}
+	}
+}
+
+// TestTDXMeasureSnippet loads what `latchkey-agent measure` prints for a
+// TD as the verifier's tdx section: the field names of the agent's
+// snippet (attest/tdx/issuer.Values) are the policy's.
+func TestTDXMeasureSnippet(t *testing.T) {
+	m := strings.Repeat("ab", 48)
+	out, err := yaml.Marshal(map[string]any{"apiVersion": APIVersion, "tdx": &issuer.Values{
+		MRTDs: []string{m}, RTMRs: [][]string{{m}, {m}, {m}, {m}}, Attributes: []string{"0000004000000000"},
+		XFAMs: []string{"e71a060000000000"}, MRConfigIDs: []string{m}, MROwners: []string{m}, MROwnerConfigs: []string{m},
+		MinimumTeeTcbSvn: "03000400000000000000000000000000",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(out, Deps{}); err != nil {
+		t.Fatalf("Load(measure snippet) = %v\n%s", err, out)
 	}
 }

@@ -10,6 +10,7 @@ package issuer
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -146,3 +147,66 @@ func (a *attestation) Respond(context.Context, []byte) ([]byte, error) {
 }
 
 func (a *attestation) Close() error { return nil }
+
+// Values are the reference values of this TD as its own quote reports
+// them, hex-encoded under the names of the verifier's tdx policy section
+// (attest/tdx.Policy), which this package does not link.
+type Values struct {
+	MRTDs            []string   `json:"mrtds"`
+	RTMRs            [][]string `json:"rtmrs"`
+	Attributes       []string   `json:"attributes"`
+	XFAMs            []string   `json:"xfams"`
+	MRConfigIDs      []string   `json:"mrConfigIDs,omitempty"`
+	MROwners         []string   `json:"mrOwners,omitempty"`
+	MROwnerConfigs   []string   `json:"mrOwnerConfigs,omitempty"`
+	MinimumTeeTcbSvn string     `json:"minimumTeeTcbSvn"`
+}
+
+// Measure reads this TD's quote (REPORTDATA all zeros) and returns the
+// values that accept exactly this TD: MRTD, RTMR[0..3], ATTRIBUTES, XFAM,
+// the host-set identities when set, and its TEE_TCB_SVN as the minimum.
+// It does not verify the quote (it never leaves the machine);
+// `latchkey-agent measure` prints it as a golden snippet. A debug TD is
+// still refused by every policy without allowDebug.
+func Measure(cfg Config) (*Values, error) {
+	iss, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var rd [wire.ReportDataSize]byte
+	raw, err := client.GetRawQuote(iss.qp, rd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tdx: get quote: %w", attest.ErrDevice, err)
+	}
+	quote, err := checkOwnQuote(raw, rd)
+	if err != nil {
+		return nil, err
+	}
+	q, _ := abi.QuoteToProto(quote) // checkOwnQuote parsed it
+	return valuesOf(q.(*pb.QuoteV4).GetTdQuoteBody()), nil
+}
+
+func valuesOf(b *pb.TDQuoteBody) *Values {
+	v := &Values{
+		MRTDs:            []string{hex.EncodeToString(b.GetMrTd())},
+		Attributes:       []string{hex.EncodeToString(b.GetTdAttributes())},
+		XFAMs:            []string{hex.EncodeToString(b.GetXfam())},
+		MRConfigIDs:      nonZeroHex(b.GetMrConfigId()),
+		MROwners:         nonZeroHex(b.GetMrOwner()),
+		MROwnerConfigs:   nonZeroHex(b.GetMrOwnerConfig()),
+		MinimumTeeTcbSvn: hex.EncodeToString(b.GetTeeTcbSvn()),
+	}
+	for _, r := range b.GetRtmrs() {
+		v.RTMRs = append(v.RTMRs, []string{hex.EncodeToString(r)})
+	}
+	return v
+}
+
+func nonZeroHex(b []byte) []string {
+	for _, c := range b {
+		if c != 0 {
+			return []string{hex.EncodeToString(b)}
+		}
+	}
+	return nil
+}

@@ -83,3 +83,17 @@ func TestAttestDeviceFailure(t *testing.T) {
 		t.Fatalf("short binding: %v", err)
 	}
 }
+
+// TestMeasure reads the values of go-tdx-guest's real quote: the snippet
+// names exactly what the verifier's validator decodes from it.
+func TestMeasure(t *testing.T) {
+	v, err := Measure(Config{QuoteProvider: &fakeProvider{setReportData: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.MRTDs[0] != "6363b8043668a3ad953278e10389574d326c6749fb78aa810ecd9336923db86f22fc00b8dcd404bc10d5e119d7215cbb" ||
+		len(v.RTMRs) != 4 || v.RTMRs[3][0] != strings.Repeat("0", 96) || v.XFAMs[0] != "e71a060000000000" ||
+		v.Attributes[0] != "0000004000000000" || v.MinimumTeeTcbSvn != "03000400000000000000000000000000" || v.MRConfigIDs != nil {
+		t.Fatalf("Measure = %+v", v)
+	}
+}
