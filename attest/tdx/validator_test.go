@@ -85,9 +85,7 @@ func newRealValidator(t *testing.T, p Policy, dir string, at time.Time, opts ...
 			t.Fatal(err)
 		}
 	}
-	var rd [wire.ReportDataSize]byte
-	copy(rd[:], testdata.RawQuote[offReportData:offReportData+wire.ReportDataSize])
-	opts = append([]ValidatorOption{WithClock(func() time.Time { return at }), WithReportData(rd)}, opts...)
+	opts = append([]ValidatorOption{WithClock(func() time.Time { return at }), WithReportData(realReportData())}, opts...)
 	v, err := NewValidator(p, coll, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +97,17 @@ func newRealValidator(t *testing.T, p Policy, dir string, at time.Time, opts ...
 // maintainers appended after the signed data ("extra bytes(only for
 // testing purpose)"), which the validator refuses.
 var realQuote = testdata.RawQuote[:wire.QuoteLength(testdata.RawQuote)]
+
+// realReportData is the real quote's own REPORTDATA.
+func realReportData() [wire.ReportDataSize]byte {
+	var rd [wire.ReportDataSize]byte
+	copy(rd[:], realQuote[offReportData:offReportData+wire.ReportDataSize])
+	return rd
+}
+
+func tdxGetter() *tdxtesting.Getter { return tdxtesting.TestGetter }
+
+func encodeEvidence(q []byte) ([]byte, error) { return wire.EncodeEvidence(q) }
 
 func evidenceOf(t *testing.T, quote []byte) []byte {
 	t.Helper()

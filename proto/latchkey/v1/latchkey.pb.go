@@ -154,7 +154,7 @@ const (
 	Reason_UNKNOWN_VARIANT Reason = 2
 	// The evidence is not bound to this TLS session and these Hello fields.
 	Reason_BINDING_MISMATCH Reason = 3
-	// A PCR holds a value the policy does not list.
+	// A PCR (or a TDX RTMR) holds a value the policy does not list.
 	Reason_PCR_MISMATCH Reason = 4
 	// The attestation key is not trusted (EK certificate chain, EK or AK
 	// allow-list, or key attributes).
@@ -163,19 +163,23 @@ const (
 	Reason_ACTIVATION_FAILED Reason = 6
 	// A signature over the evidence did not verify.
 	Reason_BAD_SIGNATURE Reason = 7
-	// The SNP launch measurement is not in the policy.
+	// The SNP launch measurement (or the TDX MRTD) is not in the policy.
 	Reason_MEASUREMENT_NOT_ALLOWED Reason = 8
-	// The SNP guest policy allows debugging.
+	// The SNP guest policy (or the TDX TD's attributes) allows debugging.
 	Reason_DEBUG_POLICY Reason = 9
-	// The reported TCB or guest SVN is below the policy minimum.
+	// The reported TCB or guest SVN is below the policy minimum, or a TDX
+	// TCB status is not one the policy accepts.
 	Reason_TCB_TOO_OLD Reason = 10
 	// The SNP report came from a VMPL the policy does not accept.
 	Reason_VMPL_MISMATCH Reason = 11
-	// Another SNP guest policy or identity field does not match the policy.
+	// Another SNP guest policy or identity field (or TDX TD configuration
+	// field: attributes, XFAM, MRCONFIGID, MROWNER, MROWNERCONFIG) does not
+	// match the policy.
 	Reason_GUEST_POLICY_MISMATCH Reason = 12
 	// The certificate chain of the evidence does not reach a trusted root.
 	Reason_UNTRUSTED_CHAIN Reason = 13
-	// Collateral needed to verify the evidence (e.g. a VCEK) is not available.
+	// Collateral needed to verify the evidence (e.g. a VCEK, or Intel's TDX
+	// TCB info) is not available, or is past its next update.
 	Reason_COLLATERAL_MISSING Reason = 14
 	// The node asked for a role the policy does not grant its evidence.
 	Reason_ROLE_NOT_ALLOWED Reason = 15
