@@ -77,6 +77,59 @@ type Collateral struct {
 	log   *slog.Logger
 	mu    sync.Mutex
 	files map[string]cachedFile
+	// verified caches the outcome of the signature checks of an item by
+	// its content and the roots it was checked against (at most
+	// maxVerified entries), so a join re-checks only dates: the signing
+	// chain's validity window is kept with it.
+	verified map[verifiedKey]verifiedItem
+}
+
+// maxVerified bounds Collateral.verified; a few entries per policy reload
+// and collateral refresh, so clearing it when full costs one re-check.
+const maxVerified = 64
+
+type verifiedKey struct {
+	name   string
+	digest [sha256.Size]byte
+	roots  *x509.CertPool
+	// issuer is the SHA-256 of the certificate a CRL was checked against.
+	issuer [sha256.Size]byte
+}
+
+type verifiedItem struct {
+	value     any
+	signer    *x509.Certificate
+	notBefore time.Time
+	notAfter  time.Time
+}
+
+func (c *Collateral) lookup(k verifiedKey) (verifiedItem, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.verified[k]
+	return v, ok
+}
+
+func (c *Collateral) remember(k verifiedKey, v verifiedItem) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.verified) >= maxVerified {
+		clear(c.verified)
+	}
+	c.verified[k] = v
+}
+
+// chainWindow is the time every certificate of chain is valid in.
+func chainWindow(chain []*x509.Certificate) (notBefore, notAfter time.Time) {
+	for i, cert := range chain {
+		if i == 0 || cert.NotBefore.After(notBefore) {
+			notBefore = cert.NotBefore
+		}
+		if i == 0 || cert.NotAfter.Before(notAfter) {
+			notAfter = cert.NotAfter
+		}
+	}
+	return notBefore, notAfter
 }
 
 type cachedFile struct {
@@ -98,7 +151,7 @@ func NewCollateral(cfg CollateralConfig) (*Collateral, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Collateral{dir: cfg.Dir, log: log, files: map[string]cachedFile{}}, nil
+	return &Collateral{dir: cfg.Dir, log: log, files: map[string]cachedFile{}, verified: map[verifiedKey]verifiedItem{}}, nil
 }
 
 // Dir is the cache directory.
@@ -150,11 +203,9 @@ func readLimited(path string) ([]byte, error) {
 }
 
 // signedItem is a TCB info or QE identity whose signature and signing
-// chain verified, with the window it may be used in.
+// chain verified.
 type signedItem struct {
-	signer     *x509.Certificate
-	issueDate  time.Time
-	nextUpdate time.Time
+	signer *x509.Certificate
 }
 
 // collateralError is a collateral item that failed its checks: missing
@@ -185,7 +236,7 @@ const tcbSignerCN = "Intel SGX TCB Signing"
 // certificate (and, ignored, the root); the signature must verify over the
 // raw bytes of field with a key whose certificate is named tcbSignerCN and
 // chains to roots at now. It returns the raw field for decoding.
-func verifySigned(body, issuerPEM []byte, field string, roots *x509.CertPool, now time.Time) (json.RawMessage, *x509.Certificate, error) {
+func verifySigned(body, issuerPEM []byte, field string, roots *x509.CertPool, now time.Time) (json.RawMessage, []*x509.Certificate, error) {
 	var outer map[string]json.RawMessage
 	if err := json.Unmarshal(body, &outer); err != nil {
 		return nil, nil, untrustedErr("%s: not JSON: %w", field, err)
@@ -202,13 +253,14 @@ func verifySigned(body, issuerPEM []byte, field string, roots *x509.CertPool, no
 	if signer.Subject.CommonName != tcbSignerCN {
 		return nil, nil, untrustedErr("%s is signed by %q, not %q", field, signer.Subject.CommonName, tcbSignerCN)
 	}
-	if _, err := signer.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+	chains, err := signer.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	if err != nil {
 		return nil, nil, untrustedErr("%s signing certificate: %w", field, err)
 	}
 	if err := checkP256Signature(signer, raw, sigHex); err != nil {
 		return nil, nil, untrustedErr("%s signature: %w", field, err)
 	}
-	return raw, signer, nil
+	return raw, chains[0], nil
 }
 
 // parseSigner returns the first certificate of a PEM chain.
@@ -253,12 +305,10 @@ func window(name string, issue, next, now time.Time) error {
 // tcbInfo returns the verified TDX TCB info of fmspc at now.
 func (c *Collateral) tcbInfo(fmspc string, roots *x509.CertPool, now time.Time) (*pcs.TcbInfo, *signedItem, error) {
 	name := TCBInfoFileName(fmspc)
-	info := &pcs.TcbInfo{}
-	item, err := c.signedFile(name, "tcbInfo", info, roots, now)
+	info, item, err := signedFile[pcs.TcbInfo](c, name, "tcbInfo", roots, now)
 	if err != nil {
 		return nil, nil, err
 	}
-	item.issueDate, item.nextUpdate = info.IssueDate, info.NextUpdate
 	if info.ID != "TDX" || info.Version != 3 {
 		return nil, nil, untrustedErr("%s is %q version %d, want TDX version 3", name, info.ID, info.Version)
 	}
@@ -273,8 +323,8 @@ func (c *Collateral) tcbInfo(fmspc string, roots *x509.CertPool, now time.Time) 
 
 // qeIdentity returns the verified TD QE identity at now.
 func (c *Collateral) qeIdentity(roots *x509.CertPool, now time.Time) (*pcs.EnclaveIdentity, error) {
-	id := &pcs.EnclaveIdentity{}
-	if _, err := c.signedFile(qeIdentityFile, "enclaveIdentity", id, roots, now); err != nil {
+	id, _, err := signedFile[pcs.EnclaveIdentity](c, qeIdentityFile, "enclaveIdentity", roots, now)
+	if err != nil {
 		return nil, err
 	}
 	if id.ID != "TD_QE" || id.Version != 2 {
@@ -286,23 +336,42 @@ func (c *Collateral) qeIdentity(roots *x509.CertPool, now time.Time) (*pcs.Encla
 	return id, window("QE identity", id.IssueDate, id.NextUpdate, now)
 }
 
-func (c *Collateral) signedFile(name, field string, into any, roots *x509.CertPool, now time.Time) (*signedItem, error) {
+// signedFile returns the decoded signed item in name, its signature and
+// signing chain verified against roots (once per content and roots; at
+// later joins only the chain's validity at now is re-checked). The
+// returned value is shared: callers only read it.
+func signedFile[T any](c *Collateral, name, field string, roots *x509.CertPool, now time.Time) (*T, *signedItem, error) {
 	body, err := c.read(name)
 	if err != nil {
-		return nil, staleErr("no %s in the collateral cache %s; run `latchkey-verifier collateral fetch`", name, c.dir)
+		return nil, nil, staleErr("no %s in the collateral cache %s; run `latchkey-verifier collateral fetch`", name, c.dir)
 	}
 	issuer, err := c.read(name + issuerSuffix)
 	if err != nil {
-		return nil, staleErr("no %s in the collateral cache %s; run `latchkey-verifier collateral fetch`", name+issuerSuffix, c.dir)
+		return nil, nil, staleErr("no %s in the collateral cache %s; run `latchkey-verifier collateral fetch`", name+issuerSuffix, c.dir)
 	}
-	raw, signer, err := verifySigned(body, issuer, field, roots, now)
+	h := sha256.New()
+	h.Write(body)
+	h.Write([]byte{0})
+	h.Write(issuer)
+	key := verifiedKey{name: name, roots: roots}
+	h.Sum(key.digest[:0])
+	if v, ok := c.lookup(key); ok {
+		if now.Before(v.notBefore) || now.After(v.notAfter) {
+			return nil, nil, untrustedErr("%s signing certificate: not valid at %s", field, now.Format(time.RFC3339))
+		}
+		return v.value.(*T), &signedItem{signer: v.signer}, nil
+	}
+	raw, chain, err := verifySigned(body, issuer, field, roots, now)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	into := new(T)
 	if err := json.Unmarshal(raw, into); err != nil {
-		return nil, untrustedErr("%s: %w", name, err)
+		return nil, nil, untrustedErr("%s: %w", name, err)
 	}
-	return &signedItem{signer: signer}, nil
+	nb, na := chainWindow(chain)
+	c.remember(key, verifiedItem{value: into, signer: chain[0], notBefore: nb, notAfter: na})
+	return into, &signedItem{signer: chain[0]}, nil
 }
 
 // crl returns the CRL in name, its signature checked against issuer and
@@ -312,12 +381,18 @@ func (c *Collateral) crl(name string, issuer *x509.Certificate, now time.Time) (
 	if err != nil {
 		return nil, staleErr("no %s in the collateral cache %s; run `latchkey-verifier collateral fetch`", name, c.dir)
 	}
-	crl, err := x509.ParseRevocationList(der)
-	if err != nil {
-		return nil, untrustedErr("%s: %w", name, err)
-	}
-	if err := crl.CheckSignatureFrom(issuer); err != nil {
-		return nil, untrustedErr("%s is not signed by %q: %w", name, issuer.Subject.CommonName, err)
+	key := verifiedKey{name: name, digest: sha256.Sum256(der), issuer: sha256.Sum256(issuer.Raw)}
+	var crl *x509.RevocationList
+	if v, ok := c.lookup(key); ok {
+		crl = v.value.(*x509.RevocationList)
+	} else {
+		if crl, err = x509.ParseRevocationList(der); err != nil {
+			return nil, untrustedErr("%s: %w", name, err)
+		}
+		if err := crl.CheckSignatureFrom(issuer); err != nil {
+			return nil, untrustedErr("%s is not signed by %q: %w", name, issuer.Subject.CommonName, err)
+		}
+		c.remember(key, verifiedItem{value: crl})
 	}
 	return crl, window("CRL "+name, crl.ThisUpdate, crl.NextUpdate, now)
 }

@@ -484,3 +484,25 @@ func selfSignedCRL(t *testing.T) []byte {
 	}
 	return der
 }
+
+// TestCollateralCache: a verified item is reused only while its content
+// is unchanged, and its dates are judged at every join.
+func TestCollateralCache(t *testing.T) {
+	dir := copyDir(t, collateralDir(t))
+	now := verifyTime
+	v := newRealValidator(t, realPolicy(), dir, verifyTime, WithClock(func() time.Time { return now }))
+	ev := evidenceOf(t, realQuote)
+	ctx := context.Background()
+	if _, err := v.Verify(ctx, ev, someBinding, nil); err != nil {
+		t.Fatal(err)
+	}
+	now = time.Date(2023, time.July, 19, 0, 0, 0, 0, time.UTC)
+	_, err := v.Verify(ctx, ev, someBinding, nil)
+	wantRefusal(t, err, latchkeyv1.Reason_COLLATERAL_MISSING, "expired at")
+	now = verifyTime
+	// A forged file written after a verified join is read and refused;
+	// its size differs, so the file cache sees the change.
+	editFile(t, filepath.Join(dir, TCBInfoFileName(realFMSPC)), `"tcbStatus":"OutOfDate"`, `"tcbStatus":"UpToDate" `)
+	_, err = v.Verify(ctx, ev, someBinding, nil)
+	wantRefusal(t, err, latchkeyv1.Reason_UNTRUSTED_CHAIN, "collateral: tcbInfo signature: does not verify")
+}
