@@ -144,7 +144,8 @@ shell_lint() {
 
 # shipped_test_only fails when either shipped binary links a test-only
 # package: Go's testing, the test helpers of latchkey (the *test packages,
-# internal/pkitest and internal/logtest among them) and go-sev-guest,
+# internal/pkitest and internal/logtest among them), go-sev-guest's and
+# go-tdx-guest's testing packages,
 # any .../fake package (a fake clientset's init would run at start), or
 # k8s.io/client-go/testing. client-go's generic typed client
 # (k8s.io/client-go/gentype) keeps its fake in the same package and so
@@ -154,7 +155,7 @@ shell_lint() {
 shipped_test_only() {
   local bins=(./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier) bad importers
   bad=$(go list -deps "${bins[@]}" |
-    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest|localapitest|predicttest|k8stest|etcdtest|benchtest|yamltest|pkitest|logtest|sdnotifytest|clitest|gosrctest|execxtest|policytest|/fake(/|$)' || true)
+    grep -E '^testing$|go-sev-guest/testing|go-tdx-guest/testing|tpmtest|snptest|tdxtest|attesttest|localapitest|predicttest|k8stest|etcdtest|benchtest|yamltest|pkitest|logtest|sdnotifytest|clitest|gosrctest|execxtest|policytest|/fake(/|$)' || true)
   importers=$(go list -deps -f '{{.ImportPath}} {{join .Imports " "}}' "${bins[@]}" |
     awk '$1 != "k8s.io/client-go/gentype" { for (i = 2; i <= NF; i++) if ($i == "k8s.io/client-go/testing") print $1 }')
   if [[ -n $bad || -n $importers ]]; then
