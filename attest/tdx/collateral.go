@@ -154,9 +154,6 @@ func NewCollateral(cfg CollateralConfig) (*Collateral, error) {
 	return &Collateral{dir: cfg.Dir, log: log, files: map[string]cachedFile{}, verified: map[verifiedKey]verifiedItem{}}, nil
 }
 
-// Dir is the cache directory.
-func (c *Collateral) Dir() string { return c.dir }
-
 // read returns the contents of name, from memory while the file is
 // unchanged. Errors other than a missing file are logged; every error
 // wraps ErrCollateralMissing.

@@ -311,3 +311,20 @@ func (s *Signer) crl(issuer *x509.Certificate, key *ecdsa.PrivateKey, revoked []
 	}
 	return der
 }
+
+// QuoteProvider is a go-tdx-guest client.QuoteProvider that signs a quote
+// of Body() for whatever REPORTDATA it is asked, padded as the kernel's
+// buffer is: the issuer's provider in tests of an assembled agent.
+type QuoteProvider struct{ s *Signer }
+
+// QuoteProvider returns the signer's quote provider.
+func (s *Signer) QuoteProvider() *QuoteProvider { return &QuoteProvider{s: s} }
+
+// IsSupported is always nil.
+func (p *QuoteProvider) IsSupported() error { return nil }
+
+// GetRawQuote signs a quote with REPORTDATA rd, zero-padded to 8000 bytes.
+func (p *QuoteProvider) GetRawQuote(rd [64]byte) ([]uint8, error) {
+	q := p.s.Quote(p.s.Body(), rd)
+	return append(q, make([]byte, 8000-len(q))...), nil
+}
