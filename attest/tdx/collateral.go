@@ -319,18 +319,18 @@ func (c *Collateral) tcbInfo(fmspc string, roots *x509.CertPool, now time.Time) 
 }
 
 // qeIdentity returns the verified TD QE identity at now.
-func (c *Collateral) qeIdentity(roots *x509.CertPool, now time.Time) (*pcs.EnclaveIdentity, error) {
-	id, _, err := signedFile[pcs.EnclaveIdentity](c, qeIdentityFile, "enclaveIdentity", roots, now)
+func (c *Collateral) qeIdentity(roots *x509.CertPool, now time.Time) (*pcs.EnclaveIdentity, *signedItem, error) {
+	id, item, err := signedFile[pcs.EnclaveIdentity](c, qeIdentityFile, "enclaveIdentity", roots, now)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if id.ID != "TD_QE" || id.Version != 2 {
-		return nil, untrustedErr("%s is %q version %d, want TD_QE version 2", qeIdentityFile, id.ID, id.Version)
+		return nil, nil, untrustedErr("%s is %q version %d, want TD_QE version 2", qeIdentityFile, id.ID, id.Version)
 	}
 	if len(id.TcbLevels) == 0 {
-		return nil, untrustedErr("%s has no TCB levels", qeIdentityFile)
+		return nil, nil, untrustedErr("%s has no TCB levels", qeIdentityFile)
 	}
-	return id, window("QE identity", id.IssueDate, id.NextUpdate, now)
+	return id, item, window("QE identity", id.IssueDate, id.NextUpdate, now)
 }
 
 // signedFile returns the decoded signed item in name, its signature and

@@ -81,6 +81,7 @@ func TestSignedRefusals(t *testing.T) {
 	}{
 		{"revoked PCK", tdxtest.Collateral{RevokePCK: true}, nil, false, latchkeyv1.Reason_UNTRUSTED_CHAIN, "PCK certificate %s is revoked"},
 		{"revoked PCK CA", tdxtest.Collateral{RevokeInter: true}, nil, false, latchkeyv1.Reason_UNTRUSTED_CHAIN, "PCK CA certificate %s is revoked"},
+		{"revoked TCB signer", tdxtest.Collateral{RevokeTCBSigner: true}, nil, false, latchkeyv1.Reason_UNTRUSTED_CHAIN, "TCB signing certificate %s is revoked"},
 		{"SWHardeningNeeded not listed", tdxtest.Collateral{TCBStatus: "SWHardeningNeeded"}, nil, false, latchkeyv1.Reason_TCB_TOO_OLD,
 			"platform TCB status SWHardeningNeeded is not accepted by the policy"},
 		{"SWHardeningNeeded listed", tdxtest.Collateral{TCBStatus: "SWHardeningNeeded"},
@@ -110,6 +111,8 @@ func TestSignedRefusals(t *testing.T) {
 				detail = fmt.Sprintf(detail, x.s.PCK.SerialNumber.Text(16))
 			case "revoked PCK CA":
 				detail = fmt.Sprintf(detail, x.s.Inter.SerialNumber.Text(16))
+			case "revoked TCB signer":
+				detail = fmt.Sprintf(detail, x.s.TCBSign.SerialNumber.Text(16))
 			}
 			wantRefusal(t, err, tc.reason, detail)
 		})

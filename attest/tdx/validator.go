@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,8 +83,8 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 //     signed by the quote's intermediate and the root CA's CRL signed by
 //     the root, both current.
 //  4. Revocation [UNTRUSTED_CHAIN]: neither the PCK certificate (PCK
-//     CRL) nor the intermediate nor the TCB signing certificate (root
-//     CRL) is revoked.
+//     CRL) nor the intermediate nor the certificates that signed the TCB
+//     info and the QE identity (root CRL) is revoked.
 //  5. Signature [BAD_SIGNATURE]: go-tdx-guest's verify.TdxQuote with no
 //     network: the attestation key's signature over header and TD quote
 //     body, the QE report's signature by the PCK key, and the QE report
@@ -327,7 +328,7 @@ func (v *Validator) collateral(pck *pckInfo, now time.Time) (*collateralSet, err
 	if err != nil {
 		return nil, collateralRefusal(err)
 	}
-	qe, err := v.coll.qeIdentity(v.c.roots, now)
+	qe, qeItem, err := v.coll.qeIdentity(v.c.roots, now)
 	if err != nil {
 		return nil, collateralRefusal(err)
 	}
@@ -346,6 +347,8 @@ func (v *Validator) collateral(pck *pckInfo, now time.Time) (*collateralSet, err
 		return nil, untrusted("PCK CA certificate %s is revoked", pck.intermediate.SerialNumber.Text(16))
 	case revoked(rootCRL, tcbItem.signer):
 		return nil, untrusted("TCB signing certificate %s is revoked", tcbItem.signer.SerialNumber.Text(16))
+	case revoked(rootCRL, qeItem.signer):
+		return nil, untrusted("QE identity signing certificate %s is revoked", qeItem.signer.SerialNumber.Text(16))
 	}
 	return &collateralSet{tcb: tcb, qe: qe}, nil
 }
@@ -435,7 +438,7 @@ func checkModule(q *pb.QuoteV4, pck *pckInfo, info *pcs.TcbInfo, st *State) erro
 	svn := b.GetTeeTcbSvn()
 	st.PlatformTCBStatus = NoTCBLevel
 	if lvl := matchLevel(info.TcbLevels, svn, pck.ext.TCB.PCESvn, pck.ext.TCB.CPUSvnComponents); lvl != nil {
-		st.PlatformTCBStatus, st.TCBDate, st.AdvisoryIDs = lvl.TcbStatus, lvl.TcbDate, lvl.AdvisoryIDs
+		st.PlatformTCBStatus, st.TCBDate, st.AdvisoryIDs = lvl.TcbStatus, lvl.TcbDate, slices.Clone(lvl.AdvisoryIDs)
 	}
 	if svn[1] > 0 {
 		st.ModuleTCBStatus = moduleStatus(info.TdxModuleIdentities, svn)

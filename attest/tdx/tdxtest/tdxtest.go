@@ -236,9 +236,10 @@ type Collateral struct {
 	QEStatus string
 	// IssueDate and NextUpdate bound the TCB info, QE identity and CRLs.
 	IssueDate, NextUpdate time.Time
-	// RevokePCK and RevokeInter list the PCK certificate in the PCK CRL,
-	// the PCK CA in the root CRL.
-	RevokePCK, RevokeInter bool
+	// RevokePCK, RevokeInter and RevokeTCBSigner list the PCK certificate
+	// in the PCK CRL, the PCK CA and the TCB signing certificate in the
+	// root CRL.
+	RevokePCK, RevokeInter, RevokeTCBSigner bool
 }
 
 // Getter serves c as Intel PCS would, for FetchCollateral.
@@ -284,6 +285,9 @@ func (s *Signer) Getter(c Collateral) *tdxtesting.Getter {
 	}
 	if c.RevokeInter {
 		rootRevoked = append(rootRevoked, x509.RevocationListEntry{SerialNumber: s.Inter.SerialNumber, RevocationTime: c.IssueDate})
+	}
+	if c.RevokeTCBSigner {
+		rootRevoked = append(rootRevoked, x509.RevocationListEntry{SerialNumber: s.TCBSign.SerialNumber, RevocationTime: c.IssueDate})
 	}
 	return &tdxtesting.Getter{Responses: map[string]tdxtesting.HTTPResponse{
 		pcs.TcbInfoURL(FMSPC): {Header: map[string][]string{pcs.TcbInfoIssuerChainPhrase: {chain}}, Body: s.signedJSON("tcbInfo", tcbInfo)},
