@@ -20,6 +20,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,12 +93,13 @@ func name(cn string) pkix.Name {
 		Province: []string{"CA"}, Country: []string{"US"}}
 }
 
-var serial int64
+// serial numbers certificates uniquely across signers (tests may run in
+// parallel).
+var serial atomic.Int64
 
 func (s *Signer) cert(tmpl, parent *x509.Certificate, parentKey, key *ecdsa.PrivateKey) *x509.Certificate {
 	s.t.Helper()
-	serial++
-	tmpl.SerialNumber = big.NewInt(serial)
+	tmpl.SerialNumber = big.NewInt(serial.Add(1))
 	tmpl.NotBefore, tmpl.NotAfter = s.NotBefore, s.NotAfter
 	tmpl.BasicConstraintsValid = true
 	tmpl.SignatureAlgorithm = x509.ECDSAWithSHA256
