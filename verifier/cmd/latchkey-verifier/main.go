@@ -455,6 +455,15 @@ func collateralCmd(fs *flag.FlagSet) cli.Runner {
 // platform family, checking what it fetched against the policy's TDX
 // trusted roots (Intel's SGX root CA when the policy names none).
 func collateralFetchTDX(f *serveFlags, fmspc, ca string, stdout, stderr io.Writer) int {
+	fmspc = strings.ToLower(fmspc)
+	if raw, err := hex.DecodeString(fmspc); err != nil || len(raw) != 6 {
+		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch: --tdx-fmspc must be 12 hex digits")
+		return exitcode.BadConfig
+	}
+	if ca != "platform" && ca != "processor" {
+		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch: --tdx-ca must be platform or processor")
+		return exitcode.BadConfig
+	}
 	cfg, err := f.loadFile()
 	if err != nil || cfg.TDXCollateralDir == "" {
 		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch: no tdxCollateralDir configured", err)
@@ -468,11 +477,11 @@ func collateralFetchTDX(f *serveFlags, fmspc, ca string, stdout, stderr io.Write
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := tdx.FetchCollateral(ctx, &tdx.PCSGetter{}, tp, strings.ToLower(fmspc), ca, cfg.TDXCollateralDir, time.Now()); err != nil {
+	if err := tdx.FetchCollateral(ctx, &tdx.PCSGetter{}, tp, fmspc, ca, cfg.TDXCollateralDir, time.Now()); err != nil {
 		fmt.Fprintln(stderr, "latchkey-verifier collateral fetch:", err)
 		return exitcode.Failed
 	}
-	fmt.Fprintf(stdout, "cached TDX collateral for FMSPC %s (%s CA) in %s\n", strings.ToLower(fmspc), ca, cfg.TDXCollateralDir)
+	fmt.Fprintf(stdout, "cached TDX collateral for FMSPC %s (%s CA) in %s\n", fmspc, ca, cfg.TDXCollateralDir)
 	return exitcode.OK
 }
 
