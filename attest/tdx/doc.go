@@ -11,6 +11,9 @@
 // which the QE report certifies under the platform's PCK key, whose
 // certificate (in the quote) chains to Intel's SGX root CA. TDX needs no
 // challenge round trip: the binding ties the quote to the TLS session.
+// When the firmware exposes the CC event log (ACPI CCEL), the evidence
+// carries it and Verify replays it against the quoted RTMRs; the state
+// holds only what replayed events say.
 //
 // The verifier never calls Intel's servers on the join path. The TCB info
 // (per platform family, FMSPC), the TD QE identity and the CRLs come from

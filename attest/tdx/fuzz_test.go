@@ -11,7 +11,7 @@ import (
 // FuzzDecode feeds arbitrary evidence to the decoding check: it never
 // panics, and whatever it refuses it refuses as MALFORMED.
 func FuzzDecode(f *testing.F) {
-	ev, err := wire.EncodeEvidence(realQuote)
+	ev, err := wire.EncodeEvidence(wire.Evidence{Quote: realQuote})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -19,7 +19,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(ev[:700])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, evidence []byte) {
-		q, err := decode(evidence)
+		q, _, err := decode(evidence)
 		if err != nil {
 			if r := attest.ReasonOf(err); r != latchkeyv1.Reason_MALFORMED {
 				t.Fatalf("refused as %s: %v", r, err)

@@ -64,6 +64,12 @@ type Policy struct {
 	// ConfigurationNeeded, ConfigurationAndSWHardeningNeeded, OutOfDate,
 	// OutOfDateConfigurationNeeded) pass only when listed; Revoked never.
 	TCBStatuses []string `json:"tcbStatuses,omitempty"`
+	// KernelCmdlines, when not empty, lists the accepted kernel command
+	// lines as the boot loader measured them into RTMR[2] (without the
+	// trailing NUL). It requires the agent to send the CC event log, which
+	// the verifier replays against the RTMRs: no log, or a log that
+	// measures no command line, is refused.
+	KernelCmdlines []string `json:"kernelCmdlines,omitempty"`
 	// BindMRConfigID mixes MRCONFIGID into the machine identity disk UUIDs
 	// and node names are bound to ("tdx-ppid:<PPID>/mrconfigid:<hex>").
 	// Set it only when the platform gives every TD its own MRCONFIGID that
@@ -98,6 +104,7 @@ type compiled struct {
 	minTeeTcbSvn   []byte
 	statuses       map[pcs.TcbComponentStatus]bool
 	bindMRConfigID bool
+	cmdlines       map[string]bool
 	roots          *x509.CertPool
 	rootCerts      []*x509.Certificate
 }
@@ -137,6 +144,12 @@ func compile(p Policy) (*compiled, error) {
 	}
 	if err := c.compileRTMRs(p.RTMRs); err != nil {
 		return nil, err
+	}
+	for _, s := range p.KernelCmdlines {
+		if c.cmdlines == nil {
+			c.cmdlines = map[string]bool{}
+		}
+		c.cmdlines[s] = true
 	}
 	if p.MinimumTeeTcbSvn != "" {
 		b, err := hex.DecodeString(p.MinimumTeeTcbSvn)

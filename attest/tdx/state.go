@@ -58,6 +58,18 @@ type State struct {
 	TCBDate     string
 	AdvisoryIDs []string
 
+	// EventLog says the evidence carried a CC event log that replayed to
+	// the RTMRs; the fields below come from its events and are zero
+	// without one.
+	EventLog bool
+	// KernelCmdline is the kernel command line the boot loader measured
+	// (its trailing NUL cut), when HasKernelCmdline.
+	KernelCmdline    string
+	HasKernelCmdline bool
+	// EFIApps are the SHA-384 digests (hex) of the EFI applications the
+	// firmware loaded, in order.
+	EFIApps []string
+
 	// verified marks a state Verify made.
 	verified bool
 }

@@ -56,9 +56,9 @@ func NewValidator(p Policy, c *Collateral, opts ...ValidatorOption) (*Validator,
 // Variant is VARIANT_TDX.
 func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VARIANT_TDX }
 
-// Verify runs checks 1-8 and returns the verified state (Verified.State is
+// Verify runs checks 1-9 and returns the verified state (Verified.State is
 // a *State); it applies no reference value but the trusted roots. rt is
-// unused: TDX needs no challenge. CheckPolicy runs checks 9-14 on that
+// unused: TDX needs no challenge. CheckPolicy runs checks 10-16 on that
 // state. The first failure ends validation with a *attest.Refusal
 // carrying the reason in brackets; every certificate and collateral date
 // is checked at the validator's clock.
@@ -103,11 +103,17 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 //     here: CheckPolicy refuses it.
 //  8. Binding [BINDING_MISMATCH]: REPORTDATA is binding followed by 32
 //     zero bytes.
+//  9. Event log [EVENT_LOG_MISMATCH], when the evidence carries one: the
+//     ACPI CCEL table names a TDX log, and go-eventlog's replay of every
+//     RTMR the log extends gives the quoted value; the state then holds
+//     what the replayed events say (the kernel command line a boot
+//     loader measured, the EFI applications loaded), nothing from events
+//     that did not replay.
 func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, _ attest.RoundTrip) (*attest.Verified, error) {
 	if len(binding) != attest.BindingSize {
 		return nil, fmt.Errorf("tdx: binding is %d bytes, want %d", len(binding), attest.BindingSize)
 	}
-	q, err := decode(evidence)
+	q, ev, err := decode(evidence)
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +139,9 @@ func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, _ atte
 	if err := v.checkBinding(q, binding); err != nil {
 		return nil, err
 	}
+	if err := replayCCEL(ev, q, st); err != nil {
+		return nil, err
+	}
 	return &attest.Verified{
 		Variant:        latchkeyv1.Variant_VARIANT_TDX,
 		EvidenceDigest: attest.EvidenceDigest(evidence),
@@ -142,24 +151,28 @@ func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, _ atte
 	}, nil
 }
 
-// CheckPolicy runs checks 9-14 on a state Verify returned, in this order,
+// CheckPolicy runs checks 10-16 on a state Verify returned, in this order,
 // the first failure ending the check with the reason in brackets. A state
 // that is not a *State made by Verify is refused as INTERNAL
 // (attest.StateMismatch).
 //
-//  9. MRTD [MEASUREMENT_NOT_ALLOWED]: listed in Policy.MRTDs.
-//  10. RTMRs [PCR_MISMATCH]: each RTMR[i] listed in Policy.RTMRs[i], or
+//  10. MRTD [MEASUREMENT_NOT_ALLOWED]: listed in Policy.MRTDs.
+//  11. RTMRs [PCR_MISMATCH]: each RTMR[i] listed in Policy.RTMRs[i], or
 //     all zeros when that list is empty.
-//  11. Debug [DEBUG_POLICY]: ATTRIBUTES.DEBUG clear unless AllowDebug.
-//  12. TD configuration [GUEST_POLICY_MISMATCH]: ATTRIBUTES, XFAM,
+//  12. Debug [DEBUG_POLICY]: ATTRIBUTES.DEBUG clear unless AllowDebug.
+//  13. TD configuration [GUEST_POLICY_MISMATCH]: ATTRIBUTES, XFAM,
 //     MRCONFIGID, MROWNER and MROWNERCONFIG each listed when the policy
 //     lists any.
-//  13. TEE TCB SVN [TCB_TOO_OLD]: every TEE_TCB_SVN byte at least
+//  14. TEE TCB SVN [TCB_TOO_OLD]: every TEE_TCB_SVN byte at least
 //     Policy.MinimumTeeTcbSvn's.
-//  14. TCB status [TCB_TOO_OLD]: the platform's, the TDX module's (when
+//  15. TCB status [TCB_TOO_OLD]: the platform's, the TDX module's (when
 //     it has a major version) and the QE's TCB level exist (checks 6 and 7
 //     found one each) and their statuses are each in Policy.TCBStatuses
 //     (UpToDate alone by default).
+//  16. Kernel command line [CMDLINE_NOT_ALLOWED], when
+//     Policy.KernelCmdlines lists any: the replayed event log (check 9)
+//     holds a measured command line, and it is listed. No log, or a log
+//     that measures none, is refused.
 func (v *Validator) CheckPolicy(s attest.State) error {
 	st, ok := s.(*State)
 	if !ok || st == nil || !st.verified {
@@ -180,7 +193,23 @@ func (v *Validator) CheckPolicy(s attest.State) error {
 	if err := c.checkConfig(st); err != nil {
 		return err
 	}
-	return c.checkTCB(st)
+	if err := c.checkTCB(st); err != nil {
+		return err
+	}
+	return c.checkCmdline(st)
+}
+
+func (c *compiled) checkCmdline(st *State) error {
+	if c.cmdlines == nil {
+		return nil
+	}
+	if !st.EventLog || !st.HasKernelCmdline {
+		return attest.Refuse(latchkeyv1.Reason_CMDLINE_NOT_ALLOWED, "the policy lists kernel command lines and no replayed event log measures one")
+	}
+	if !c.cmdlines[st.KernelCmdline] {
+		return attest.Refuse(latchkeyv1.Reason_CMDLINE_NOT_ALLOWED, "measured kernel command line %q is not in the policy", st.KernelCmdline)
+	}
+	return nil
 }
 
 func (c *compiled) checkConfig(st *State) error {
@@ -234,32 +263,33 @@ func (c *compiled) checkTCB(st *State) error {
 }
 
 // decode runs check 1.
-func decode(evidence []byte) (*pb.QuoteV4, error) {
-	raw, err := wire.DecodeEvidence(evidence)
+func decode(evidence []byte) (*pb.QuoteV4, *wire.Evidence, error) {
+	ev, err := wire.DecodeEvidence(evidence)
 	if err != nil {
-		return nil, malformed("%w", err)
+		return nil, nil, malformed("%w", err)
 	}
+	raw := ev.Quote
 	anyQ, err := abi.QuoteToProto(raw)
 	if err != nil {
-		return nil, malformed("quote: %w", err)
+		return nil, nil, malformed("quote: %w", err)
 	}
 	if want := wire.QuoteLength(raw); len(raw) != want {
-		return nil, malformed("quote: %d bytes, its signed data length says %d", len(raw), want)
+		return nil, nil, malformed("quote: %d bytes, its signed data length says %d", len(raw), want)
 	}
 	q, ok := anyQ.(*pb.QuoteV4)
 	if !ok {
-		return nil, malformed("quote of type %T is not version 4", anyQ)
+		return nil, nil, malformed("quote of type %T is not version 4", anyQ)
 	}
 	if err := abi.CheckQuoteV4(q); err != nil {
-		return nil, malformed("quote: %w", err)
+		return nil, nil, malformed("quote: %w", err)
 	}
 	if q.GetHeader().GetTeeType() != abi.TeeTDX {
-		return nil, malformed("quote is from TEE type %#x, not TDX", q.GetHeader().GetTeeType())
+		return nil, nil, malformed("quote is from TEE type %#x, not TDX", q.GetHeader().GetTeeType())
 	}
 	if len(q.GetTdQuoteBody().GetRtmrs()) != numRTMRs {
-		return nil, malformed("quote has %d RTMRs, want %d", len(q.GetTdQuoteBody().GetRtmrs()), numRTMRs)
+		return nil, nil, malformed("quote has %d RTMRs, want %d", len(q.GetTdQuoteBody().GetRtmrs()), numRTMRs)
 	}
-	return q, nil
+	return q, ev, nil
 }
 
 // pckInfo is the verified PCK chain of a quote (check 2).

@@ -107,11 +107,11 @@ func realReportData() [wire.ReportDataSize]byte {
 
 func tdxGetter() *tdxtesting.Getter { return tdxtesting.TestGetter }
 
-func encodeEvidence(q []byte) ([]byte, error) { return wire.EncodeEvidence(q) }
+func encodeEvidence(q []byte) ([]byte, error) { return wire.EncodeEvidence(wire.Evidence{Quote: q}) }
 
 func evidenceOf(t *testing.T, quote []byte) []byte {
 	t.Helper()
-	ev, err := wire.EncodeEvidence(quote)
+	ev, err := wire.EncodeEvidence(wire.Evidence{Quote: quote})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,6 +220,8 @@ const (
 	CertificateTableBytes = "certificate_table_bytes"
 	// QuoteBytes is the size of a TDX quote.
 	QuoteBytes = "quote_bytes"
+	// EventLogBytes is the size of an event log sent with evidence.
+	EventLogBytes = "event_log_bytes"
 )
 
 // Time and retries.

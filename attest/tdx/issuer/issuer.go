@@ -9,10 +9,13 @@ package issuer
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 
@@ -29,6 +32,13 @@ import (
 // guestDevice is the TDX guest device of kernels without configfs-tsm.
 const guestDevice = "/dev/tdx_guest"
 
+// Where Linux exposes the firmware's CC event log: the ACPI CCEL table and
+// the log region it points at.
+const (
+	DefaultCCELTable = "/sys/firmware/acpi/tables/CCEL"
+	DefaultCCELData  = "/sys/firmware/acpi/tables/data/CCEL"
+)
+
 // Config configures New.
 type Config struct {
 	// QuoteProvider gets quotes: a go-tdx-guest client.QuoteProvider or
@@ -36,14 +46,20 @@ type Config struct {
 	// kernel offers it with the tdx_guest provider, else the TDX guest
 	// device. Tests inject a fake.
 	QuoteProvider any
+	// CCELTable and CCELData are the CC event log files sent with each
+	// quote ("" for DefaultCCELTable and DefaultCCELData). When either is
+	// missing the quote goes alone; the verifier's policy decides whether
+	// that is enough.
+	CCELTable, CCELData string
 	// Logger receives one line per quote (default slog.Default()).
 	Logger *slog.Logger
 }
 
 // Issuer produces TDX evidence on the agent. It implements attest.Issuer.
 type Issuer struct {
-	qp  any
-	log *slog.Logger
+	qp                  any
+	ccelTable, ccelData string
+	log                 *slog.Logger
 }
 
 var _ attest.Issuer = (*Issuer)(nil)
@@ -66,7 +82,7 @@ func New(cfg Config) (*Issuer, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Issuer{qp: qp, log: log}, nil
+	return &Issuer{qp: qp, ccelTable: cmp.Or(cfg.CCELTable, DefaultCCELTable), ccelData: cmp.Or(cfg.CCELData, DefaultCCELData), log: log}, nil
 }
 
 // Available reports whether this machine offers a TDX guest interface
@@ -102,12 +118,57 @@ func (i *Issuer) Attest(ctx context.Context, binding []byte) (attest.Attestation
 	if err != nil {
 		return nil, err
 	}
-	ev, err := wire.EncodeEvidence(quote)
+	table, log, err := i.readCCEL()
+	if err != nil {
+		return nil, err
+	}
+	ev, err := wire.EncodeEvidence(wire.Evidence{Quote: quote, CCELTable: table, CCEL: log})
 	if err != nil {
 		return nil, fmt.Errorf("tdx: %w", err)
 	}
-	i.log.Info("tdx quote", logkey.QuoteBytes, len(quote))
+	i.log.Info("tdx quote", logkey.QuoteBytes, len(quote), logkey.EventLogBytes, len(log))
 	return &attestation{evidence: ev}, nil
+}
+
+// readCCEL reads the CC event log, its padding cut; nil, nil when the
+// firmware provides none.
+func (i *Issuer) readCCEL() (table, log []byte, err error) {
+	table, err = readLimited(i.ccelTable, wire.MaxCCELTableSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("tdx: CCEL table: %w", err)
+	}
+	// The region is larger than the log it holds: read it whole, bounded.
+	log, err = readLimited(i.ccelData, 4*wire.MaxCCELSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("tdx: CC event log: %w", err)
+	}
+	log = wire.TrimCCEL(log)
+	if len(log) == 0 || len(log) > wire.MaxCCELSize {
+		return nil, nil, fmt.Errorf("tdx: CC event log of %d bytes (want 1 to %d)", len(log), wire.MaxCCELSize)
+	}
+	return table, log, nil
+}
+
+func readLimited(path string, limit int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > limit {
+		return nil, fmt.Errorf("%s is over %d bytes", path, limit)
+	}
+	return b, nil
 }
 
 // checkOwnQuote trims the padding of a quote the module returned and

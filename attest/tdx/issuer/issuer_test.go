@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -39,8 +41,15 @@ func (p *fakeProvider) GetRawQuote(rd [64]byte) ([]uint8, error) {
 	return buf, nil
 }
 
+// noCCEL points the issuer at event log files that do not exist, so the
+// tests do not depend on the machine they run on.
+func noCCEL(t *testing.T, c Config) Config {
+	c.CCELTable, c.CCELData = filepath.Join(t.TempDir(), "CCEL"), filepath.Join(t.TempDir(), "data-CCEL")
+	return c
+}
+
 func TestAttest(t *testing.T) {
-	iss, err := New(Config{QuoteProvider: &fakeProvider{setReportData: true}})
+	iss, err := New(noCCEL(t, Config{QuoteProvider: &fakeProvider{setReportData: true}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,9 +58,13 @@ func TestAttest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := wire.DecodeEvidence(a.Evidence())
+	ev, err := wire.DecodeEvidence(a.Evidence())
 	if err != nil {
 		t.Fatal(err)
+	}
+	q := ev.Quote
+	if ev.CCEL != nil {
+		t.Error("event log sent where none was configured")
 	}
 	if len(q) != 4935 {
 		t.Errorf("quote of %d bytes, want the 4935 signed bytes without padding", len(q))
@@ -66,7 +79,7 @@ func TestAttest(t *testing.T) {
 }
 
 func TestAttestRefusesOtherQuote(t *testing.T) {
-	iss, _ := New(Config{QuoteProvider: &fakeProvider{}})
+	iss, _ := New(noCCEL(t, Config{QuoteProvider: &fakeProvider{}}))
 	_, err := iss.Attest(context.Background(), make([]byte, attest.BindingSize))
 	if err == nil || err.Error() != "tdx: quote does not carry the requested REPORTDATA" {
 		t.Fatalf("Attest = %v", err)
@@ -74,7 +87,7 @@ func TestAttestRefusesOtherQuote(t *testing.T) {
 }
 
 func TestAttestDeviceFailure(t *testing.T) {
-	iss, _ := New(Config{QuoteProvider: &fakeProvider{err: errors.New("EBUSY")}})
+	iss, _ := New(noCCEL(t, Config{QuoteProvider: &fakeProvider{err: errors.New("EBUSY")}}))
 	_, err := iss.Attest(context.Background(), make([]byte, attest.BindingSize))
 	if !errors.Is(err, attest.ErrDevice) || !strings.Contains(err.Error(), "get quote: EBUSY") {
 		t.Fatalf("Attest = %v, want a device failure", err)
@@ -87,7 +100,7 @@ func TestAttestDeviceFailure(t *testing.T) {
 // TestMeasure reads the values of go-tdx-guest's real quote: the snippet
 // names exactly what the verifier's validator decodes from it.
 func TestMeasure(t *testing.T) {
-	v, err := Measure(Config{QuoteProvider: &fakeProvider{setReportData: true}})
+	v, err := Measure(noCCEL(t, Config{QuoteProvider: &fakeProvider{setReportData: true}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,5 +108,37 @@ func TestMeasure(t *testing.T) {
 		len(v.RTMRs) != 4 || v.RTMRs[3][0] != strings.Repeat("0", 96) || v.XFAMs[0] != "e71a060000000000" ||
 		v.Attributes[0] != "0000004000000000" || v.MinimumTeeTcbSvn != "03000400000000000000000000000000" || v.MRConfigIDs != nil {
 		t.Fatalf("Measure = %+v", v)
+	}
+}
+
+// TestAttestSendsCCEL: the firmware's CC event log goes with the quote,
+// its padding cut.
+func TestAttestSendsCCEL(t *testing.T) {
+	dir := t.TempDir()
+	table, data := filepath.Join(dir, "CCEL"), filepath.Join(dir, "data-CCEL")
+	log := append([]byte("events"), bytes.Repeat([]byte{0xff}, 4096)...)
+	if err := os.WriteFile(table, []byte("CCEL table"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(data, log, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	iss, err := New(Config{QuoteProvider: &fakeProvider{setReportData: true}, CCELTable: table, CCELData: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := iss.Attest(context.Background(), make([]byte, attest.BindingSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := wire.DecodeEvidence(a.Evidence())
+	if err != nil || string(ev.CCELTable) != "CCEL table" || string(ev.CCEL) != "events" {
+		t.Fatalf("evidence %+v, %v", ev, err)
+	}
+	if err := os.WriteFile(data, bytes.Repeat([]byte{0xff}, 64), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := iss.Attest(context.Background(), make([]byte, attest.BindingSize)); err == nil || !strings.Contains(err.Error(), "CC event log of 0 bytes") {
+		t.Fatalf("empty log: %v", err)
 	}
 }

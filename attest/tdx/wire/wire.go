@@ -21,8 +21,14 @@ const (
 	// certificate chain (three PEM certificates) is about 5 KiB; 8 KiB
 	// quotes are seen where the QE adds padding.
 	MaxQuoteSize = 16 << 10
+	// MaxCCELTableSize bounds the ACPI CCEL table (56 bytes in ACPI 6.5).
+	MaxCCELTableSize = 1 << 10
+	// MaxCCELSize bounds the CC event log without its padding; firmware
+	// reserves 64 to 256 KiB for it and a boot through a boot loader and
+	// kernel fills some 20 KiB.
+	MaxCCELSize = 192 << 10
 	// MaxEvidenceSize bounds a serialized TDXEvidence message.
-	MaxEvidenceSize = MaxQuoteSize + 64
+	MaxEvidenceSize = MaxQuoteSize + MaxCCELTableSize + MaxCCELSize + 64
 	// ReportDataSize is the size of a TD report's REPORTDATA.
 	ReportDataSize = 64
 )
@@ -41,37 +47,69 @@ func ReportData(binding []byte) ([ReportDataSize]byte, error) {
 	return rd, nil
 }
 
-// EncodeEvidence wraps a raw quote in a TDXEvidence message.
-func EncodeEvidence(quote []byte) ([]byte, error) {
-	if len(quote) == 0 || len(quote) > MaxQuoteSize {
-		return nil, fmt.Errorf("tdx quote of %d bytes (want 1 to %d)", len(quote), MaxQuoteSize)
+// Evidence is a decoded TDXEvidence message.
+type Evidence struct {
+	// Quote is the raw TD quote.
+	Quote []byte
+	// CCELTable and CCEL are the ACPI CCEL table and the CC event log;
+	// both nil when the agent sent none.
+	CCELTable, CCEL []byte
+}
+
+// EncodeEvidence wraps ev in a TDXEvidence message.
+func EncodeEvidence(ev Evidence) ([]byte, error) {
+	if err := ev.check(); err != nil {
+		return nil, err
 	}
-	b, err := proto.Marshal(&latchkeyv1.TDXEvidence{Quote: quote})
+	b, err := proto.Marshal(&latchkeyv1.TDXEvidence{Quote: ev.Quote, CcelTable: ev.CCELTable, CcelData: ev.CCEL})
 	if err != nil {
 		return nil, fmt.Errorf("marshal tdx evidence: %w", err)
 	}
 	return b, nil
 }
 
-// DecodeEvidence returns the raw quote of a TDXEvidence message: at most
-// MaxEvidenceSize bytes, no unknown fields, a quote of 1 to MaxQuoteSize
-// bytes. It does not parse the quote.
-func DecodeEvidence(evidence []byte) ([]byte, error) {
+func (ev Evidence) check() error {
+	switch {
+	case len(ev.Quote) == 0 || len(ev.Quote) > MaxQuoteSize:
+		return fmt.Errorf("tdx quote of %d bytes (want 1 to %d)", len(ev.Quote), MaxQuoteSize)
+	case (len(ev.CCELTable) == 0) != (len(ev.CCEL) == 0):
+		return fmt.Errorf("tdx evidence has a CCEL table of %d bytes and an event log of %d: both or neither", len(ev.CCELTable), len(ev.CCEL))
+	case len(ev.CCELTable) > MaxCCELTableSize || len(ev.CCEL) > MaxCCELSize:
+		return fmt.Errorf("tdx CCEL table of %d bytes or event log of %d exceeds %d or %d", len(ev.CCELTable), len(ev.CCEL), MaxCCELTableSize, MaxCCELSize)
+	}
+	return nil
+}
+
+// DecodeEvidence decodes a TDXEvidence message: at most MaxEvidenceSize
+// bytes, no unknown fields, a quote of 1 to MaxQuoteSize bytes, and a CCEL
+// table and event log both present (within their bounds) or both absent.
+// It does not parse the quote or the log.
+func DecodeEvidence(evidence []byte) (*Evidence, error) {
 	if len(evidence) > MaxEvidenceSize {
 		return nil, fmt.Errorf("evidence of %d bytes exceeds %d", len(evidence), MaxEvidenceSize)
 	}
-	var ev latchkeyv1.TDXEvidence
-	if err := proto.Unmarshal(evidence, &ev); err != nil {
+	var m latchkeyv1.TDXEvidence
+	if err := proto.Unmarshal(evidence, &m); err != nil {
 		return nil, fmt.Errorf("decode tdx evidence: %w", err)
 	}
-	if len(ev.ProtoReflect().GetUnknown()) != 0 {
+	if len(m.ProtoReflect().GetUnknown()) != 0 {
 		return nil, fmt.Errorf("tdx evidence has unknown fields")
 	}
-	q := ev.GetQuote()
-	if len(q) == 0 || len(q) > MaxQuoteSize {
-		return nil, fmt.Errorf("tdx quote of %d bytes (want 1 to %d)", len(q), MaxQuoteSize)
+	ev := Evidence{Quote: m.GetQuote(), CCELTable: m.GetCcelTable(), CCEL: m.GetCcelData()}
+	if err := ev.check(); err != nil {
+		return nil, err
 	}
-	return q, nil
+	return &ev, nil
+}
+
+// TrimCCEL cuts the padding (0xFF or 0x00 bytes) the firmware leaves after
+// the last event of the region it reserved for the CC event log.
+func TrimCCEL(data []byte) []byte {
+	n := len(data)
+	for n > 0 && (data[n-1] == 0xff || data[n-1] == 0) {
+		n--
+	}
+	return data[:n]
 }
 
 // Layout of a version 4 quote: a 48-byte header, the 584-byte TD quote

@@ -29,19 +29,25 @@ func TestTrimQuote(t *testing.T) {
 
 func TestEvidenceRoundTrip(t *testing.T) {
 	signed := testdata.RawQuote[:QuoteLength(testdata.RawQuote)]
-	ev, err := EncodeEvidence(signed)
+	ev, err := EncodeEvidence(Evidence{Quote: signed, CCELTable: []byte("table"), CCEL: []byte("log")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := DecodeEvidence(ev)
-	if err != nil || !bytes.Equal(q, signed) {
-		t.Fatalf("DecodeEvidence = %d bytes, %v", len(q), err)
+	got, err := DecodeEvidence(ev)
+	if err != nil || !bytes.Equal(got.Quote, signed) || string(got.CCELTable) != "table" || string(got.CCEL) != "log" {
+		t.Fatalf("DecodeEvidence = %+v, %v", got, err)
 	}
-	if _, err := DecodeEvidence(append(ev, 0x10, 0x01)); err == nil || !strings.Contains(err.Error(), "unknown fields") {
+	if _, err := DecodeEvidence(append(ev, 0x48, 0x01)); err == nil || !strings.Contains(err.Error(), "unknown fields") {
 		t.Fatalf("unknown field: %v", err)
 	}
-	if _, err := EncodeEvidence(make([]byte, MaxQuoteSize+1)); err == nil {
+	if _, err := EncodeEvidence(Evidence{Quote: make([]byte, MaxQuoteSize+1)}); err == nil {
 		t.Fatal("oversized quote encoded")
+	}
+	if _, err := EncodeEvidence(Evidence{Quote: signed, CCEL: []byte("log")}); err == nil || !strings.Contains(err.Error(), "both or neither") {
+		t.Fatalf("log without table: %v", err)
+	}
+	if got := TrimCCEL([]byte{1, 2, 0xff, 0, 0xff}); !bytes.Equal(got, []byte{1, 2}) {
+		t.Fatalf("TrimCCEL = %v", got)
 	}
 	rd, err := ReportData(bytes.Repeat([]byte{7}, 32))
 	if err != nil || rd[31] != 7 || rd[32] != 0 || rd[63] != 0 {

@@ -1524,7 +1524,12 @@ type TDXEvidence struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The raw TD quote (version 4, ECDSA P-256) with its PCK certificate
 	// chain in the certification data.
-	Quote         []byte `protobuf:"bytes,1,opt,name=quote,proto3" json:"quote,omitempty"`
+	Quote []byte `protobuf:"bytes,1,opt,name=quote,proto3" json:"quote,omitempty"`
+	// The ACPI CCEL table and the CC event log it points at (TCG format,
+	// trailing padding cut), when the firmware provides them: replayed
+	// against the quote's RTMRs.
+	CcelTable     []byte `protobuf:"bytes,2,opt,name=ccel_table,json=ccelTable,proto3" json:"ccel_table,omitempty"`
+	CcelData      []byte `protobuf:"bytes,3,opt,name=ccel_data,json=ccelData,proto3" json:"ccel_data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1562,6 +1567,20 @@ func (*TDXEvidence) Descriptor() ([]byte, []int) {
 func (x *TDXEvidence) GetQuote() []byte {
 	if x != nil {
 		return x.Quote
+	}
+	return nil
+}
+
+func (x *TDXEvidence) GetCcelTable() []byte {
+	if x != nil {
+		return x.CcelTable
+	}
+	return nil
+}
+
+func (x *TDXEvidence) GetCcelData() []byte {
+	if x != nil {
+		return x.CcelData
 	}
 	return nil
 }
@@ -1658,9 +1677,12 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\x06secret\x18\x01 \x01(\fR\x06secret\"R\n" +
 	"\vSNPEvidence\x12\x16\n" +
 	"\x06report\x18\x01 \x01(\fR\x06report\x12+\n" +
-	"\x11certificate_table\x18\x02 \x01(\fR\x10certificateTable\"#\n" +
+	"\x11certificate_table\x18\x02 \x01(\fR\x10certificateTable\"_\n" +
 	"\vTDXEvidence\x12\x14\n" +
-	"\x05quote\x18\x01 \x01(\fR\x05quote*E\n" +
+	"\x05quote\x18\x01 \x01(\fR\x05quote\x12\x1d\n" +
+	"\n" +
+	"ccel_table\x18\x02 \x01(\fR\tccelTable\x12\x1b\n" +
+	"\tccel_data\x18\x03 \x01(\fR\bccelData*E\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_WORKER\x10\x01\x12\x16\n" +
