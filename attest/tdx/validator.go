@@ -68,7 +68,9 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 //  1. Decode [MALFORMED]: at most wire.MaxEvidenceSize bytes; a
 //     TDXEvidence message without unknown fields; a quote go-tdx-guest's
 //     abi parses as version 4 of a TDX TEE, every field its size, and no
-//     byte after its signed data.
+//     byte after its signed data; a CCEL table and event log both present
+//     (at most wire.MaxCCELTableSize and wire.MaxCCELSize bytes) or both
+//     absent.
 //  2. PCK chain [UNTRUSTED_CHAIN]: the quote's PCK certificate, with the
 //     quote's intermediate (Intel SGX PCK Platform or Processor CA),
 //     chains to one of the policy's trusted roots (Intel's SGX root CA by
