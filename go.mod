@@ -8,6 +8,7 @@ require (
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/google/go-eventlog v0.0.3-0.20261001001437-1991f15bc4b0 // built from the replace below
 	github.com/google/go-sev-guest v0.15.0
+	github.com/google/go-tdx-guest v0.3.2-0.20250814004405-ffb0869e6f4d // go-tpm-tools v0.4.11 requires this revision; the newest tag (v0.3.1) would downgrade go-tpm-tools
 	github.com/google/go-tpm v0.9.8
 	github.com/google/uuid v1.6.0
 	github.com/prometheus/client_golang v1.24.0

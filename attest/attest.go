@@ -2,7 +2,7 @@
 // (agent side) and Validator (verifier side) contracts, the verified result
 // a validator returns, and the refusal error that carries a stable reason.
 //
-// Each variant lives in its own folder (attest/tpm, attest/snp), the code
+// Each variant lives in its own folder (attest/tpm, attest/snp, attest/tdx), the code
 // that produces evidence and the code that checks it side by side in
 // separately linked packages: the Validator is attest/<variant> (the
 // verifier links it), the Issuer attest/<variant>/issuer (the agent
@@ -127,8 +127,9 @@ type Verified struct {
 	// MachineID is the stable machine identity the verifier binds disk
 	// UUIDs and node names to (verifier/binding): "tpm-ek:sha256:<hex>"
 	// (the trusted EK's SPKI), "tpm-ak:sha256:<hex>" (a pinned AK, whose
-	// EK is not verified), or "snp-chip:<hex CHIP_ID>" optionally followed
-	// by "/host-data:<hex>". Empty means the evidence names no stable
+	// EK is not verified), "snp-chip:<hex CHIP_ID>" optionally followed
+	// by "/host-data:<hex>", or "tdx-ppid:<hex PPID>" optionally followed
+	// by "/mrconfigid:<hex>". Empty means the evidence names no stable
 	// identity (an SNP report with CHIP_ID masked); such a machine is
 	// refused wherever a binding is needed.
 	MachineID string
@@ -173,6 +174,9 @@ const (
 	KeyTPMAK KeyKind = "tpm-ak"
 	// KeySNPChip is the chip that signed the report (CHIP_ID, 64 bytes).
 	KeySNPChip KeyKind = "snp-chip"
+	// KeyTDXPPID is the TDX platform whose PCK certified the quote, by the
+	// PCK certificate's PPID (16 bytes).
+	KeyTDXPPID KeyKind = "tdx-ppid"
 )
 
 // StateMismatch is the refusal (INTERNAL) of a CheckPolicy given a state

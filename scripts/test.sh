@@ -147,7 +147,8 @@ shell_lint() {
 
 # shipped_test_only fails when either shipped binary links a test-only
 # package: Go's testing, the test helpers of latchkey (the *test packages,
-# internal/pkitest and internal/logtest among them) and go-sev-guest,
+# internal/pkitest and internal/logtest among them), go-sev-guest's and
+# go-tdx-guest's testing packages,
 # any .../fake package (a fake clientset's init would run at start), or
 # k8s.io/client-go/testing. client-go's generic typed client
 # (k8s.io/client-go/gentype) keeps its fake in the same package and so
@@ -157,7 +158,7 @@ shell_lint() {
 shipped_test_only() {
   local bins=(./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier) bad importers
   bad=$(go list -deps "${bins[@]}" |
-    grep -E '^testing$|go-sev-guest/testing|tpmtest|snptest|attesttest|localapitest|predicttest|k8stest|etcdtest|benchtest|yamltest|pkitest|logtest|sdnotifytest|clitest|gosrctest|execxtest|policytest|/fake(/|$)' || true)
+    grep -E '^testing$|go-sev-guest/testing|go-tdx-guest/testing|tpmtest|snptest|tdxtest|attesttest|localapitest|predicttest|k8stest|etcdtest|benchtest|yamltest|pkitest|logtest|sdnotifytest|clitest|gosrctest|execxtest|policytest|/fake(/|$)' || true)
   importers=$(go list -deps -f '{{.ImportPath}} {{join .Imports " "}}' "${bins[@]}" |
     awk '$1 != "k8s.io/client-go/gentype" { for (i = 2; i <= NF; i++) if ($i == "k8s.io/client-go/testing") print $1 }')
   if [[ -n $bad || -n $importers ]]; then
@@ -180,7 +181,7 @@ AGENT_MODULES=(
   github.com/coreos/go-systemd/v22
   github.com/dgryski/go-camellia github.com/jzelinskie/whirlpool
   github.com/google/go-configfs-tsm github.com/google/go-eventlog
-  github.com/google/go-sev-guest github.com/google/logger
+  github.com/google/go-sev-guest github.com/google/go-tdx-guest github.com/google/logger
   github.com/google/go-tpm github.com/google/uuid
   go.uber.org/multierr go.yaml.in/yaml/v2 go.yaml.in/yaml/v3
   golang.org/x/crypto golang.org/x/net golang.org/x/sys golang.org/x/text
@@ -232,6 +233,7 @@ unit_and_integration() {
   go test -count=1 -timeout 20m ./...
   # A short run of each fuzz target keeps the decoders honest.
   go test -run '^$' -fuzz '^FuzzDecodeEvidence$' -fuzztime 20s -fuzzminimizetime 2s ./attest/snp
+  go test -run '^$' -fuzz '^FuzzDecode$' -fuzztime 10s -fuzzminimizetime 2s ./attest/tdx
   go test -run '^$' -fuzz '^FuzzVerifyBoot$' -fuzztime 20s -fuzzminimizetime 2s ./attest/tpm
   # Replay-preserving edits of every event-log corpus: refused or no change.
   go test -run '^$' -fuzz '^FuzzEventLogEdits$' -fuzztime 30s -fuzzminimizetime 5s ./attest/tpm

@@ -21,6 +21,7 @@ import (
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/atls"
 	snpissuer "github.com/latchkey/latchkey/attest/snp/issuer"
+	tdxissuer "github.com/latchkey/latchkey/attest/tdx/issuer"
 	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/internal/execx"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
@@ -84,12 +85,15 @@ func BuildAgent(cfg *config.Config, deps Deps) (a *Agent, err error) {
 }
 
 // NewIssuer picks the evidence variant: the configured one, or with
-// "auto" SEV-SNP when the machine offers it and the TPM otherwise. log is
+// "auto" SEV-SNP or TDX when the machine offers it and the TPM otherwise. log is
 // the agent's logger (journald levels, --log-level), handed to the issuer
 // so its lines go where the agent's do.
 func NewIssuer(cfg *config.Config, log *slog.Logger) (attest.Issuer, error) {
-	if variant(cfg) == "snp" {
+	switch variant(cfg) {
+	case "snp":
 		return snpissuer.New(snpissuer.Config{Logger: log})
+	case "tdx":
+		return tdxissuer.New(tdxissuer.Config{Logger: log})
 	}
 	// The issuer checks the PCR list before it opens the TPM, so a bad
 	// list is a bad configuration even while the TPM is missing.
@@ -134,6 +138,9 @@ func variant(cfg *config.Config) string {
 	}
 	if snpissuer.Available() {
 		return "snp"
+	}
+	if tdxissuer.Available() {
+		return "tdx"
 	}
 	return "tpm"
 }

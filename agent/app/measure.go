@@ -12,6 +12,7 @@ import (
 	"github.com/latchkey/latchkey/agent/config"
 	snpissuer "github.com/latchkey/latchkey/attest/snp/issuer"
 	snpwire "github.com/latchkey/latchkey/attest/snp/wire"
+	tdxissuer "github.com/latchkey/latchkey/attest/tdx/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/bootlog"
 	tpmissuer "github.com/latchkey/latchkey/attest/tpm/issuer"
 	tpmwire "github.com/latchkey/latchkey/attest/tpm/wire"
@@ -23,6 +24,9 @@ type snippet struct {
 	APIVersion string          `json:"apiVersion"`
 	TPM        *tpmwire.Policy `json:"tpm,omitempty"`
 	SNP        *snpwire.Policy `json:"snp,omitempty"`
+	// TDX has the tdx section's fields; the agent does not link the
+	// verifier's TDX validator.
+	TDX *tdxissuer.Values `json:"tdx,omitempty"`
 }
 
 // Measure writes the machine's current reference values as a policy
@@ -32,9 +36,12 @@ func Measure(ctx context.Context, cfg *config.Config, w io.Writer) error {
 	var err error
 	v := variant(cfg)
 	var view string
-	if v == "snp" {
+	switch v {
+	case "snp":
 		s.SNP, err = snpissuer.Measure(ctx, snpissuer.Config{})
-	} else {
+	case "tdx":
+		s.TDX, err = tdxissuer.Measure(tdxissuer.Config{})
+	default:
 		s.TPM, view, err = measureTPM(ctx, cfg)
 	}
 	if err != nil {

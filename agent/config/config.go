@@ -55,7 +55,8 @@ type Config struct {
 	VerifierName string `json:"verifierName,omitempty"`
 	// InsecureSkipVerifierAuth accepts any verifier. Lab use only.
 	InsecureSkipVerifierAuth bool `json:"insecureSkipVerifierAuth,omitempty"`
-	// Variant is "tpm", "snp" or "auto" (default: what the machine offers).
+	// Variant is "tpm", "snp", "tdx" or "auto" (default: what the machine
+	// offers).
 	Variant string    `json:"variant,omitempty"`
 	TPM     TPMConfig `json:"tpm,omitempty"`
 	Disk    Disk      `json:"disk,omitempty"`
@@ -295,9 +296,9 @@ func (c *Config) validateEnums() error {
 		return fmt.Errorf("role %q: want %s or %s", c.Role, protocol.RoleWorker, protocol.RoleControlPlane)
 	}
 	switch c.Variant {
-	case "tpm", "snp", "auto":
+	case "tpm", "snp", "tdx", "auto":
 	default:
-		return fmt.Errorf("variant %q: want tpm, snp or auto", c.Variant)
+		return fmt.Errorf("variant %q: want tpm, snp, tdx or auto", c.Variant)
 	}
 	switch c.Disk.Mode {
 	case "luks", "key-only":

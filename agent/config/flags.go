@@ -62,7 +62,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.VerifierName, "verifier-name", "", "name a CA-pinned verifier certificate must be valid for (default: each verifier's host)")
 	fs.StringVar(&f.NodeName, "node-name", "", "Kubernetes node name (default: host name)")
 	fs.StringVar(&f.Role, "role", "", "worker or control-plane")
-	fs.StringVar(&f.Variant, "variant", "", "evidence: tpm, snp or auto")
+	fs.StringVar(&f.Variant, "variant", "", "evidence: tpm, snp, tdx or auto")
 	fs.StringVar(&f.TPMDevice, "tpm-device", "", "TPM device or tcp://host:port of a swtpm")
 	fs.StringVar(&f.DiskMode, "disk-mode", "", "luks or key-only")
 	fs.StringVar(&f.DiskDevice, "disk-device", "", "state disk device")

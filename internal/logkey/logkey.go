@@ -218,6 +218,10 @@ const (
 	// CertificateTableBytes is the size of an SEV-SNP report's
 	// certificate table.
 	CertificateTableBytes = "certificate_table_bytes"
+	// QuoteBytes is the size of a TDX quote.
+	QuoteBytes = "quote_bytes"
+	// EventLogBytes is the size of an event log sent with evidence.
+	EventLogBytes = "event_log_bytes"
 )
 
 // Time and retries.

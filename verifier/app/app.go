@@ -18,6 +18,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest/snp"
 	"github.com/latchkey/latchkey/attest/snp/kubestore"
+	"github.com/latchkey/latchkey/attest/tdx"
 	"github.com/latchkey/latchkey/internal/localapi"
 	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
@@ -159,7 +160,11 @@ func (v *Verifier) loadPolicy() error {
 	if err != nil {
 		return err
 	}
-	v.policyDeps = policy.Deps{SNPCollateral: coll}
+	tdxColl, err := NewTDXCollateral(v.cfg, v.deps.Logger)
+	if err != nil {
+		return err
+	}
+	v.policyDeps = policy.Deps{SNPCollateral: coll, TDXCollateral: tdxColl}
 	v.store, err = policy.NewStore(policy.StoreConfig{Path: v.cfg.Policy, Deps: v.policyDeps,
 		Logger: v.deps.Logger, OnReload: v.onReload})
 	if err != nil {
@@ -233,6 +238,19 @@ func NewCollateral(cfg *Config, kube kubernetes.Interface, log *slog.Logger) (*s
 	c, err := snp.NewCollateral(cc)
 	if err != nil {
 		return nil, fmt.Errorf("snp collateral: %w", err)
+	}
+	return c, nil
+}
+
+// NewTDXCollateral is the TDX collateral cache of cfg (its offline
+// directory), nil when none is configured.
+func NewTDXCollateral(cfg *Config, log *slog.Logger) (*tdx.Collateral, error) {
+	if cfg.TDXCollateralDir == "" {
+		return nil, nil
+	}
+	c, err := tdx.NewCollateral(tdx.CollateralConfig{Dir: cfg.TDXCollateralDir, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("tdx collateral: %w", err)
 	}
 	return c, nil
 }

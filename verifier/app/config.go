@@ -56,6 +56,10 @@ type Config struct {
 	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
 	// SNPCollateralDir is the offline VCEK/ASK/ARK cache.
 	SNPCollateralDir string `json:"snpCollateralDir,omitempty"`
+	// TDXCollateralDir is the offline cache of Intel's TDX collateral
+	// (TCB info, QE identity, CRLs; attest/tdx.CollateralConfig). Without
+	// it every TDX quote is refused as COLLATERAL_MISSING.
+	TDXCollateralDir string `json:"tdxCollateralDir,omitempty"`
 	// MetricsListen serves Prometheus /metrics there ("" = off).
 	MetricsListen string `json:"metricsListen,omitempty"`
 	// AdminSocket is the local admin API socket (default

@@ -137,7 +137,7 @@ func New() *Metrics {
 // initSeries creates the series every dashboard queries, at zero, so a
 // rate() over a fresh verifier is 0 and not "no data".
 func (m *Metrics) initSeries() {
-	for _, v := range []latchkeyv1.Variant{latchkeyv1.Variant_VARIANT_TPM, latchkeyv1.Variant_VARIANT_SNP} {
+	for _, v := range []latchkeyv1.Variant{latchkeyv1.Variant_VARIANT_TPM, latchkeyv1.Variant_VARIANT_SNP, latchkeyv1.Variant_VARIANT_TDX} {
 		m.joins.WithLabelValues(variantLabel(v), ResultAccepted, "none")
 	}
 	m.revoked.WithLabelValues(string(RevokeNoAck))

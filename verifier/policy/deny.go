@@ -24,7 +24,8 @@ import (
 //	  ekPublicKeyHashes: ["sha256:<hex>"]   # as ekPublicKeyHashes / measure
 //	  akPublicKeyHashes: ["sha256:<hex>"]
 //	  snpChipIDs: ["<128 hex digits: the report's CHIP_ID>"]
-//	  machineIDs: ["tpm-ek:sha256:<hex>" | "tpm-ak:sha256:<hex>" | "snp-chip:<hex>[/host-data:<hex>]"]
+//	  tdxPPIDs: ["<32 hex digits: the PCK certificate's PPID>"]
+//	  machineIDs: ["tpm-ek:sha256:<hex>" | "tpm-ak:sha256:<hex>" | "snp-chip:<hex>[/host-data:<hex>]" | "tdx-ppid:<hex>[/mrconfigid:<hex>]"]
 //
 // machineIDs are the identities the verifier binds names to (the audit
 // line's identity= and `latchkey-verifier bindings list`), so an operator
@@ -48,12 +49,13 @@ type Deny struct {
 	EKPublicKeyHashes []string `json:"ekPublicKeyHashes,omitempty"`
 	AKPublicKeyHashes []string `json:"akPublicKeyHashes,omitempty"`
 	SNPChipIDs        []string `json:"snpChipIDs,omitempty"`
+	TDXPPIDs          []string `json:"tdxPPIDs,omitempty"`
 	MachineIDs        []string `json:"machineIDs,omitempty"`
 }
 
 // DenyList is a compiled Deny. The nil *DenyList denies nothing.
 type DenyList struct {
-	nodes, disks, ek, ak, chips, machines map[string]bool
+	nodes, disks, ek, ak, chips, ppids, machines map[string]bool
 }
 
 // Deny-list keys, as the policy file and the audit line name them.
@@ -63,6 +65,7 @@ const (
 	DenyEKPublicKeyHashes = "deny.ekPublicKeyHashes"
 	DenyAKPublicKeyHashes = "deny.akPublicKeyHashes"
 	DenySNPChipIDs        = "deny.snpChipIDs"
+	DenyTDXPPIDs          = "deny.tdxPPIDs"
 	DenyMachineIDs        = "deny.machineIDs"
 )
 
@@ -73,14 +76,16 @@ const (
 //   - diskUUIDs: canonical lower-case UUIDs (the only form a disk has);
 //   - ekPublicKeyHashes, akPublicKeyHashes: "sha256:<64 hex>";
 //   - snpChipIDs: 64 bytes in hex (case-insensitive, normalized to lower);
-//   - machineIDs: "tpm-ek:sha256:<64 hex>", "tpm-ak:sha256:<64 hex>", or
-//     "snp-chip:<128 hex>" optionally followed by "/host-data:<64 hex>".
+//   - tdxPPIDs: 16 bytes in hex (case-insensitive, normalized to lower);
+//   - machineIDs: "tpm-ek:sha256:<64 hex>", "tpm-ak:sha256:<64 hex>",
+//     "snp-chip:<128 hex>" optionally followed by "/host-data:<64 hex>",
+//     or "tdx-ppid:<32 hex>" optionally followed by "/mrconfigid:<96 hex>".
 func compileDeny(d *Deny) (*DenyList, error) {
 	if d == nil {
 		return nil, nil
 	}
 	l := &DenyList{nodes: map[string]bool{}, disks: map[string]bool{}, ek: map[string]bool{},
-		ak: map[string]bool{}, chips: map[string]bool{}, machines: map[string]bool{}}
+		ak: map[string]bool{}, chips: map[string]bool{}, ppids: map[string]bool{}, machines: map[string]bool{}}
 	for i, n := range d.NodeNames {
 		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
 			return nil, fmt.Errorf("%s[%d]: %q is not a DNS-1123 node name: %s", DenyNodeNames, i, n, strings.Join(errs, "; "))
@@ -113,9 +118,16 @@ func compileDeny(d *Deny) (*DenyList, error) {
 		}
 		l.chips[hex.EncodeToString(raw)] = true
 	}
+	for i, c := range d.TDXPPIDs {
+		raw, err := hex.DecodeString(c)
+		if err != nil || len(raw) != 16 {
+			return nil, fmt.Errorf("%s[%d]: %q is not a PPID (32 hex digits, the PCK certificate's)", DenyTDXPPIDs, i, c)
+		}
+		l.ppids[hex.EncodeToString(raw)] = true
+	}
 	for i, m := range d.MachineIDs {
 		if !validMachineID(m) {
-			return nil, fmt.Errorf("%s[%d]: %q is not a machine identity (tpm-ek:sha256:<hex>, tpm-ak:sha256:<hex> or snp-chip:<hex>[/host-data:<hex>], as the audit line's identity= shows it)", DenyMachineIDs, i, m)
+			return nil, fmt.Errorf("%s[%d]: %q is not a machine identity (tpm-ek:sha256:<hex>, tpm-ak:sha256:<hex>, snp-chip:<hex>[/host-data:<hex>] or tdx-ppid:<hex>[/mrconfigid:<hex>], as the audit line's identity= shows it)", DenyMachineIDs, i, m)
 		}
 		l.machines[m] = true
 	}
@@ -128,6 +140,10 @@ func validMachineID(m string) bool {
 			p, err := atls.ParsePin(rest)
 			return err == nil && p.String() == rest
 		}
+	}
+	if rest, ok := strings.CutPrefix(m, "tdx-ppid:"); ok {
+		ppid, cfg, hasCfg := strings.Cut(rest, "/mrconfigid:")
+		return lowerHex(ppid, 16) && (!hasCfg || lowerHex(cfg, 48))
 	}
 	rest, ok := strings.CutPrefix(m, "snp-chip:")
 	if !ok {
@@ -147,7 +163,7 @@ func lowerHex(s string, n int) bool {
 
 // Empty reports whether the list denies nothing.
 func (l *DenyList) Empty() bool {
-	return l == nil || len(l.nodes)+len(l.disks)+len(l.ek)+len(l.ak)+len(l.chips)+len(l.machines) == 0
+	return l == nil || len(l.nodes)+len(l.disks)+len(l.ek)+len(l.ak)+len(l.chips)+len(l.ppids)+len(l.machines) == 0
 }
 
 // Match returns the entry ("deny.nodeNames: worker-7") that a verified
@@ -194,6 +210,10 @@ func (l *DenyList) matchKey(k attest.Key) string {
 		if l.chips[k.Value] {
 			return DenySNPChipIDs + ": " + k.Value
 		}
+	case attest.KeyTDXPPID:
+		if l.ppids[k.Value] {
+			return DenyTDXPPIDs + ": " + k.Value
+		}
 	}
 	return ""
 }
@@ -222,6 +242,12 @@ func (l *DenyList) MatchIdentity(id string) string {
 		chip, _, _ := strings.Cut(rest, "/")
 		if l.chips[chip] {
 			return DenySNPChipIDs + ": " + chip
+		}
+	}
+	if rest, ok := strings.CutPrefix(id, "tdx-ppid:"); ok {
+		ppid, _, _ := strings.Cut(rest, "/")
+		if l.ppids[ppid] {
+			return DenyTDXPPIDs + ": " + ppid
 		}
 	}
 	return ""

@@ -20,7 +20,9 @@ var resettablePCRs = []int{16, 23}
 //   - a TPM section that checks no measurement (no PCR, no boot
 //     components): every genuine TPM is admitted whatever it runs;
 //   - a reference value for a software-resettable PCR;
-//   - an SNP section that lists no launch measurement and no ID key.
+//   - an SNP section that lists no launch measurement and no ID key;
+//   - a TDX section that lists no MRTD (every TDX join is refused) or
+//     that allows debug TDs (the host can read their memory).
 func Lint(p *Policy) []string {
 	var out []string
 	if t := p.TPM; t != nil {
@@ -43,6 +45,14 @@ func Lint(p *Policy) []string {
 	}
 	if s := p.SNP; s != nil && len(s.Measurements) == 0 && len(s.IDKeyDigests) == 0 && len(s.AuthorKeyDigests) == 0 {
 		out = append(out, "snp: lists no launch measurement and no ID or author key: any SEV-SNP guest would be admitted, whatever it runs")
+	}
+	if x := p.TDX; x != nil {
+		if len(x.MRTDs) == 0 {
+			out = append(out, "tdx: lists no MRTD: every TDX join would be refused")
+		}
+		if x.AllowDebug {
+			out = append(out, "tdx: allowDebug admits debug TDs, whose memory and registers the host can read")
+		}
 	}
 	slices.Sort(out)
 	return out

@@ -14,6 +14,8 @@ func TestLintFindsUselessAndUnsafePolicies(t *testing.T) {
 		{"checks nothing", "apiVersion: latchkey/v1\ntpm:\n  ekPublicKeyHashes: [x]\n", "tpm: checks no measurement"},
 		{"resettable pcr", "apiVersion: latchkey/v1\ntpm:\n  ekPublicKeyHashes: [x]\n  pcrs: {23: [" + pcr + "]}\n", "tpm: pcrs.23 can be reset by software"},
 		{"snp measures nothing", "apiVersion: latchkey/v1\nsnp: {}\n", "snp: lists no launch measurement"},
+		{"tdx lists no mrtd", "apiVersion: latchkey/v1\ntdx: {}\n", "tdx: lists no MRTD"},
+		{"tdx debug", "apiVersion: latchkey/v1\ntdx:\n  mrtds: [\"" + strings.Repeat("ab", 48) + "\"]\n  allowDebug: true\n", "tdx: allowDebug admits debug TDs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := Parse([]byte(tc.yaml))

@@ -37,6 +37,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/snp"
+	"github.com/latchkey/latchkey/attest/tdx"
 	"github.com/latchkey/latchkey/attest/tpm"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -52,6 +53,7 @@ type Policy struct {
 	APIVersion string      `json:"apiVersion"`
 	TPM        *TPMSection `json:"tpm,omitempty"`
 	SNP        *SNPSection `json:"snp,omitempty"`
+	TDX        *TDXSection `json:"tdx,omitempty"`
 	// Deny revokes machines, node names and disks (deny.go).
 	Deny *Deny `json:"deny,omitempty"`
 }
@@ -73,6 +75,13 @@ type SNPSection struct {
 	// OfflineUnlock is parsed only to be refused with the reason
 	// (errSNPOffline) instead of as an unknown field.
 	OfflineUnlock *OfflineUnlock `json:"offlineUnlock,omitempty"`
+}
+
+// TDXSection enables Intel TDX evidence with these reference values.
+type TDXSection struct {
+	tdx.Policy
+	// AllowControlPlane lets TDX evidence join as control plane.
+	AllowControlPlane bool `json:"allowControlPlane,omitempty"`
 }
 
 // Snapshot is a compiled policy: what one join is checked against.
@@ -103,8 +112,8 @@ func Parse(data []byte) (*Policy, error) {
 	if p.APIVersion != APIVersion {
 		return nil, fmt.Errorf("policy apiVersion %q: want %q", p.APIVersion, APIVersion)
 	}
-	if p.TPM == nil && p.SNP == nil {
-		return nil, errors.New("policy enables no evidence variant (add a tpm or snp section)")
+	if p.TPM == nil && p.SNP == nil && p.TDX == nil {
+		return nil, errors.New("policy enables no evidence variant (add a tpm, snp or tdx section)")
 	}
 	return &p, nil
 }
@@ -114,6 +123,9 @@ type Deps struct {
 	// SNPCollateral supplies VCEKs not carried in reports; shared across
 	// reloads so its caches survive them.
 	SNPCollateral *snp.Collateral
+	// TDXCollateral supplies Intel's TCB info, QE identity and CRLs; nil
+	// refuses every TDX quote as COLLATERAL_MISSING.
+	TDXCollateral *tdx.Collateral
 }
 
 // Compile builds the validators of every enabled variant.
@@ -145,6 +157,14 @@ func Compile(p *Policy, digest string, deps Deps) (*Snapshot, error) {
 		}
 		s.Validators[latchkeyv1.Variant_VARIANT_SNP] = v
 		s.ControlPlane[latchkeyv1.Variant_VARIANT_SNP] = p.SNP.AllowControlPlane
+	}
+	if p.TDX != nil {
+		v, err := tdx.NewValidator(p.TDX.Policy, deps.TDXCollateral)
+		if err != nil {
+			return nil, err // already names the tdx policy
+		}
+		s.Validators[latchkeyv1.Variant_VARIANT_TDX] = v
+		s.ControlPlane[latchkeyv1.Variant_VARIANT_TDX] = p.TDX.AllowControlPlane
 	}
 	return s, nil
 }

@@ -38,7 +38,7 @@ func TestLoadGood(t *testing.T) {
 func TestLoadRefusals(t *testing.T) {
 	cases := map[string]struct{ policy, want string }{
 		"unknown field":        {tpmPolicy(digestA) + "  pcr: {}\n", `unknown field "tpm.pcr"`},
-		"unknown top field":    {tpmPolicy(digestA) + "tdx: {}\n", `unknown field "tdx"`},
+		"unknown top field":    {tpmPolicy(digestA) + "sgx: {}\n", `unknown field "sgx"`},
 		"bad digest":           {tpmPolicy("abcd"), `pcrs[7]: "abcd" is not a sha-256 digest`},
 		"wrong version":        {strings.Replace(tpmPolicy(digestA), "latchkey/v1", "latchkey/v2", 1), `apiVersion "latchkey/v2"`},
 		"no variant":           {"apiVersion: latchkey/v1\n", "enables no evidence variant"},

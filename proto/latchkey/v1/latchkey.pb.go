@@ -95,6 +95,8 @@ const (
 	Variant_VARIANT_TPM Variant = 1
 	// AMD SEV-SNP attestation report; evidence is an SNPEvidence message.
 	Variant_VARIANT_SNP Variant = 2
+	// Intel TDX quote (version 4); evidence is a TDXEvidence message.
+	Variant_VARIANT_TDX Variant = 3
 )
 
 // Enum value maps for Variant.
@@ -103,11 +105,13 @@ var (
 		0: "VARIANT_UNSPECIFIED",
 		1: "VARIANT_TPM",
 		2: "VARIANT_SNP",
+		3: "VARIANT_TDX",
 	}
 	Variant_value = map[string]int32{
 		"VARIANT_UNSPECIFIED": 0,
 		"VARIANT_TPM":         1,
 		"VARIANT_SNP":         2,
+		"VARIANT_TDX":         3,
 	}
 )
 
@@ -150,7 +154,7 @@ const (
 	Reason_UNKNOWN_VARIANT Reason = 2
 	// The evidence is not bound to this TLS session and these Hello fields.
 	Reason_BINDING_MISMATCH Reason = 3
-	// A PCR holds a value the policy does not list.
+	// A PCR (or a TDX RTMR) holds a value the policy does not list.
 	Reason_PCR_MISMATCH Reason = 4
 	// The attestation key is not trusted (EK certificate chain, EK or AK
 	// allow-list, or key attributes).
@@ -159,19 +163,23 @@ const (
 	Reason_ACTIVATION_FAILED Reason = 6
 	// A signature over the evidence did not verify.
 	Reason_BAD_SIGNATURE Reason = 7
-	// The SNP launch measurement is not in the policy.
+	// The SNP launch measurement (or the TDX MRTD) is not in the policy.
 	Reason_MEASUREMENT_NOT_ALLOWED Reason = 8
-	// The SNP guest policy allows debugging.
+	// The SNP guest policy (or the TDX TD's attributes) allows debugging.
 	Reason_DEBUG_POLICY Reason = 9
-	// The reported TCB or guest SVN is below the policy minimum.
+	// The reported TCB or guest SVN is below the policy minimum, or a TDX
+	// TCB status is not one the policy accepts.
 	Reason_TCB_TOO_OLD Reason = 10
 	// The SNP report came from a VMPL the policy does not accept.
 	Reason_VMPL_MISMATCH Reason = 11
-	// Another SNP guest policy or identity field does not match the policy.
+	// Another SNP guest policy or identity field (or TDX TD configuration
+	// field: attributes, XFAM, MRCONFIGID, MROWNER, MROWNERCONFIG) does not
+	// match the policy.
 	Reason_GUEST_POLICY_MISMATCH Reason = 12
 	// The certificate chain of the evidence does not reach a trusted root.
 	Reason_UNTRUSTED_CHAIN Reason = 13
-	// Collateral needed to verify the evidence (e.g. a VCEK) is not available.
+	// Collateral needed to verify the evidence (e.g. a VCEK, or Intel's TDX
+	// TCB info) is not available, or is past its next update.
 	Reason_COLLATERAL_MISSING Reason = 14
 	// The node asked for a role the policy does not grant its evidence.
 	Reason_ROLE_NOT_ALLOWED Reason = 15
@@ -443,7 +451,8 @@ type Hello struct {
 	// always gets a token when the verifier is configured for Kubernetes.
 	RequestToken bool    `protobuf:"varint,5,opt,name=request_token,json=requestToken,proto3" json:"request_token,omitempty"`
 	Variant      Variant `protobuf:"varint,6,opt,name=variant,proto3,enum=latchkey.v1.Variant" json:"variant,omitempty"`
-	// The serialized variant-specific evidence (TPMEvidence or SNPEvidence).
+	// The serialized variant-specific evidence (TPMEvidence, SNPEvidence or
+	// TDXEvidence).
 	Evidence []byte `protobuf:"bytes,7,opt,name=evidence,proto3" json:"evidence,omitempty"`
 	// What the Hello asks for; part of the session binding.
 	Purpose Purpose `protobuf:"varint,8,opt,name=purpose,proto3,enum=latchkey.v1.Purpose" json:"purpose,omitempty"`
@@ -1510,6 +1519,72 @@ func (x *SNPEvidence) GetCertificateTable() []byte {
 	return nil
 }
 
+// TDXEvidence is the evidence of VARIANT_TDX.
+type TDXEvidence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The raw TD quote (version 4, ECDSA P-256) with its PCK certificate
+	// chain in the certification data.
+	Quote []byte `protobuf:"bytes,1,opt,name=quote,proto3" json:"quote,omitempty"`
+	// The ACPI CCEL table and the CC event log it points at (TCG format,
+	// trailing padding cut), when the firmware provides them: replayed
+	// against the quote's RTMRs.
+	CcelTable     []byte `protobuf:"bytes,2,opt,name=ccel_table,json=ccelTable,proto3" json:"ccel_table,omitempty"`
+	CcelData      []byte `protobuf:"bytes,3,opt,name=ccel_data,json=ccelData,proto3" json:"ccel_data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TDXEvidence) Reset() {
+	*x = TDXEvidence{}
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TDXEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TDXEvidence) ProtoMessage() {}
+
+func (x *TDXEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_latchkey_v1_latchkey_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TDXEvidence.ProtoReflect.Descriptor instead.
+func (*TDXEvidence) Descriptor() ([]byte, []int) {
+	return file_latchkey_v1_latchkey_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *TDXEvidence) GetQuote() []byte {
+	if x != nil {
+		return x.Quote
+	}
+	return nil
+}
+
+func (x *TDXEvidence) GetCcelTable() []byte {
+	if x != nil {
+		return x.CcelTable
+	}
+	return nil
+}
+
+func (x *TDXEvidence) GetCcelData() []byte {
+	if x != nil {
+		return x.CcelData
+	}
+	return nil
+}
+
 var File_latchkey_v1_latchkey_proto protoreflect.FileDescriptor
 
 const file_latchkey_v1_latchkey_proto_rawDesc = "" +
@@ -1602,15 +1677,21 @@ const file_latchkey_v1_latchkey_proto_rawDesc = "" +
 	"\x06secret\x18\x01 \x01(\fR\x06secret\"R\n" +
 	"\vSNPEvidence\x12\x16\n" +
 	"\x06report\x18\x01 \x01(\fR\x06report\x12+\n" +
-	"\x11certificate_table\x18\x02 \x01(\fR\x10certificateTable*E\n" +
+	"\x11certificate_table\x18\x02 \x01(\fR\x10certificateTable\"_\n" +
+	"\vTDXEvidence\x12\x14\n" +
+	"\x05quote\x18\x01 \x01(\fR\x05quote\x12\x1d\n" +
+	"\n" +
+	"ccel_table\x18\x02 \x01(\fR\tccelTable\x12\x1b\n" +
+	"\tccel_data\x18\x03 \x01(\fR\bccelData*E\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_WORKER\x10\x01\x12\x16\n" +
-	"\x12ROLE_CONTROL_PLANE\x10\x02*D\n" +
+	"\x12ROLE_CONTROL_PLANE\x10\x02*U\n" +
 	"\aVariant\x12\x17\n" +
 	"\x13VARIANT_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vVARIANT_TPM\x10\x01\x12\x0f\n" +
-	"\vVARIANT_SNP\x10\x02*\xb9\x04\n" +
+	"\vVARIANT_SNP\x10\x02\x12\x0f\n" +
+	"\vVARIANT_TDX\x10\x03*\xb9\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tMALFORMED\x10\x01\x12\x13\n" +
@@ -1659,7 +1740,7 @@ func file_latchkey_v1_latchkey_proto_rawDescGZIP() []byte {
 }
 
 var file_latchkey_v1_latchkey_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_latchkey_v1_latchkey_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_latchkey_v1_latchkey_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_latchkey_v1_latchkey_proto_goTypes = []any{
 	(Role)(0),                    // 0: latchkey.v1.Role
 	(Variant)(0),                 // 1: latchkey.v1.Variant
@@ -1679,8 +1760,9 @@ var file_latchkey_v1_latchkey_proto_goTypes = []any{
 	(*TPMChallenge)(nil),         // 15: latchkey.v1.TPMChallenge
 	(*TPMChallengeResponse)(nil), // 16: latchkey.v1.TPMChallengeResponse
 	(*SNPEvidence)(nil),          // 17: latchkey.v1.SNPEvidence
-	nil,                          // 18: latchkey.v1.OfflineGrant.PcrsEntry
-	nil,                          // 19: latchkey.v1.TPMEvidence.PcrsEntry
+	(*TDXEvidence)(nil),          // 18: latchkey.v1.TDXEvidence
+	nil,                          // 19: latchkey.v1.OfflineGrant.PcrsEntry
+	nil,                          // 20: latchkey.v1.TPMEvidence.PcrsEntry
 }
 var file_latchkey_v1_latchkey_proto_depIdxs = []int32{
 	2,  // 0: latchkey.v1.Refusal.reason:type_name -> latchkey.v1.Reason
@@ -1689,13 +1771,13 @@ var file_latchkey_v1_latchkey_proto_depIdxs = []int32{
 	3,  // 3: latchkey.v1.Hello.purpose:type_name -> latchkey.v1.Purpose
 	6,  // 4: latchkey.v1.Hello.offline:type_name -> latchkey.v1.OfflineState
 	10, // 5: latchkey.v1.Ticket.offline_grant:type_name -> latchkey.v1.OfflineGrant
-	18, // 6: latchkey.v1.OfflineGrant.pcrs:type_name -> latchkey.v1.OfflineGrant.PcrsEntry
+	19, // 6: latchkey.v1.OfflineGrant.pcrs:type_name -> latchkey.v1.OfflineGrant.PcrsEntry
 	5,  // 7: latchkey.v1.AgentMessage.hello:type_name -> latchkey.v1.Hello
 	8,  // 8: latchkey.v1.AgentMessage.challenge_response:type_name -> latchkey.v1.ChallengeResponse
 	11, // 9: latchkey.v1.AgentMessage.ticket_ack:type_name -> latchkey.v1.TicketAck
 	7,  // 10: latchkey.v1.VerifierMessage.challenge:type_name -> latchkey.v1.Challenge
 	9,  // 11: latchkey.v1.VerifierMessage.ticket:type_name -> latchkey.v1.Ticket
-	19, // 12: latchkey.v1.TPMEvidence.pcrs:type_name -> latchkey.v1.TPMEvidence.PcrsEntry
+	20, // 12: latchkey.v1.TPMEvidence.pcrs:type_name -> latchkey.v1.TPMEvidence.PcrsEntry
 	12, // 13: latchkey.v1.JoinService.Join:input_type -> latchkey.v1.AgentMessage
 	13, // 14: latchkey.v1.JoinService.Join:output_type -> latchkey.v1.VerifierMessage
 	14, // [14:15] is the sub-list for method output_type
@@ -1726,7 +1808,7 @@ func file_latchkey_v1_latchkey_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_latchkey_v1_latchkey_proto_rawDesc), len(file_latchkey_v1_latchkey_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,7 +30,7 @@ func TestEveryCommandHelp(t *testing.T) {
 			"bindings release": {"socket", "node", "disk"},
 			"bindings migrate": {"config", "from-dir"},
 			"store check":      {"config"},
-			"collateral fetch": {"config", "product", "chip-id", "tcb", "log-level", "log-format"},
+			"collateral fetch": {"config", "product", "chip-id", "tcb", "tdx-fmspc", "tdx-ca", "log-level", "log-format"},
 			"secret init":      {"generation"},
 			"secret id":        {"config", "master-secret-file", "cluster-salt"},
 			"secret retire":    {"config", "socket", "generation"},

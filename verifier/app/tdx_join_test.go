@@ -1,0 +1,89 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/latchkey/latchkey/attest/tdx"
+	"github.com/latchkey/latchkey/attest/tdx/issuer"
+	"github.com/latchkey/latchkey/attest/tdx/tdxtest"
+	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
+)
+
+// newTDXRig starts the assembled verifier with a tdx-only policy that
+// trusts the fake chain of signer and lists mrtd (the signer's own MRTD
+// when ""), with collateral fetched from the signer's fake PCS into
+// tdxCollateralDir.
+func newTDXRig(t *testing.T, signer *tdxtest.Signer, mrtd string) *rig {
+	t.Helper()
+	body := signer.Body()
+	if mrtd == "" {
+		mrtd = hex.EncodeToString(body.GetMrTd())
+	}
+	pol := tdx.Policy{TrustedRoots: []string{signer.RootPEM()}, MRTDs: []string{mrtd}}
+	for _, r := range body.GetRtmrs() {
+		pol.RTMRs = append(pol.RTMRs, []string{hex.EncodeToString(r)})
+	}
+	collDir := t.TempDir()
+	now := time.Now()
+	getter := signer.Getter(tdxtest.Collateral{IssueDate: now.AddDate(0, 0, -1), NextUpdate: now.AddDate(0, 1, 0)})
+	if err := tdx.FetchCollateral(context.Background(), getter, pol, tdxtest.FMSPC, "platform", collDir, now); err != nil {
+		t.Fatal(err)
+	}
+	_, cfg := verifierFiles(t, map[string]any{"tdx": pol}, randomSecret(), "test-cluster")
+	cfg.TDXCollateralDir = collDir
+	return startRig(t, nil, cfg)
+}
+
+func tdxIssuer(t *testing.T, signer *tdxtest.Signer) *issuer.Issuer {
+	t.Helper()
+	// No event log: the machine running the test may be a TD with one.
+	none := filepath.Join(t.TempDir(), "none")
+	iss, err := issuer.New(issuer.Config{QuoteProvider: signer.QuoteProvider(), CCELTable: none, CCELData: none})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return iss
+}
+
+// TestTDXJoinEndToEnd: an agent with the TDX issuer over the fake signer
+// joins the assembled verifier, and rejoins with the same disk key.
+func TestTDXJoinEndToEnd(t *testing.T) {
+	signer := tdxtest.New(t, time.Now())
+	r := newTDXRig(t, signer, "")
+	c := r.agent(t, tdxIssuer(t, signer), 30*time.Second)
+	first, err := c.Get(context.Background(), worker())
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := worker()
+	again.Rejoin = true
+	second, err := c.Get(context.Background(), again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.DiskKey) != 32 || !bytes.Equal(first.DiskKey, second.DiskKey) || first.Token == "" || second.Token != "" {
+		t.Fatal("want a 32-byte key twice, a token on the first join only")
+	}
+	logs := r.logs.String()
+	if !strings.Contains(logs, "variant=VARIANT_TDX evidence_digest=sha256:") || !strings.Contains(logs, "tdx-ppid:"+hex.EncodeToString(signer.PPID)) {
+		t.Fatalf("audit log:\n%s", logs)
+	}
+}
+
+func TestTDXMRTDNotAllowedReleasesNothing(t *testing.T) {
+	signer := tdxtest.New(t, time.Now())
+	r := newTDXRig(t, signer, strings.Repeat("ab", 48))
+	r.refusedWith(t, tdxIssuer(t, signer), worker(), latchkeyv1.Reason_MEASUREMENT_NOT_ALLOWED)
+}
+
+func TestTDXEnabledOnlyByPolicy(t *testing.T) {
+	signer := tdxtest.New(t, time.Now())
+	tpmOnly := newRig(t, rigOpts{})
+	tpmOnly.refusedWith(t, tdxIssuer(t, signer), worker(), latchkeyv1.Reason_UNKNOWN_VARIANT)
+}
