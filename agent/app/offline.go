@@ -1,10 +1,8 @@
 package app
 
 import (
-	"bytes"
 	"fmt"
 
-	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
 
 	"github.com/latchkey/latchkey/agent/boot"
@@ -93,25 +91,8 @@ func (s tpmSealer) Withdraw(b []byte) error {
 }
 
 // Renews: g is signed by the key the object was sealed for, under the
-// same policy ref.
+// same policy ref (offline.Sealed.RenewedBy).
 func (s tpmSealer) Renews(b []byte, g *latchkeyv1.OfflineGrant) bool {
 	sealed, err := decodeSealed(b)
-	if err != nil {
-		return false
-	}
-	name, err := signerName(g.GetSignerPublic())
-	return err == nil && bytes.Equal(name, sealed.Signer) && bytes.Equal(g.GetPolicyRef(), sealed.PolicyRef)
-}
-
-// signerName is the TPM name of a TPMT_PUBLIC.
-func signerName(pub []byte) ([]byte, error) {
-	p, err := tpm2.Unmarshal[tpm2.TPMTPublic](pub)
-	if err != nil {
-		return nil, err
-	}
-	n, err := tpm2.ObjectName(p)
-	if err != nil {
-		return nil, err
-	}
-	return n.Buffer, nil
+	return err == nil && sealed.RenewedBy(g)
 }
