@@ -72,7 +72,11 @@ func startVerifier(tb testing.TB, dir, configPath string) *verifierProc {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := &verifierProc{logPath: filepath.Join(dir, "verifier.log"), replies: make(chan string, 16), exited: make(chan struct{})}
+	logPath := filepath.Join(dir, "verifier.log")
+	if *flagVerifLog != "" {
+		logPath = *flagVerifLog
+	}
+	p := &verifierProc{logPath: logPath, replies: make(chan string, 16), exited: make(chan struct{})}
 	logFile, err := os.Create(p.logPath)
 	if err != nil {
 		tb.Fatal(err)
@@ -80,6 +84,7 @@ func startVerifier(tb testing.TB, dir, configPath string) *verifierProc {
 	defer logFile.Close()
 	p.cmd = exec.Command(self)
 	p.cmd.Env = append(os.Environ(), envRole+"="+roleVerifier, envConfig+"="+configPath)
+	p.cmd.Env = append(p.cmd.Env, strings.Fields(*flagVerifEnv)...)
 	p.cmd.Stderr = logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
