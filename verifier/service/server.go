@@ -28,7 +28,7 @@ const (
 // server is returned so the caller can flip it to NOT_SERVING on shutdown.
 func NewGRPCServer(svc *Service, cert tls.Certificate) (*grpc.Server, *health.Server) {
 	srv := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(atls.ServerConfig(cert))),
+		grpc.Creds(credentials.NewTLS(serverTLS(cert))),
 		// codec.go: a message grpc cannot read is refused by the handler,
 		// as MALFORMED with a Refusal, not by grpc without one.
 		grpc.MaxRecvMsgSize(grpcRecvLimit),
@@ -59,4 +59,20 @@ func NewGRPCServer(svc *Service, cert tls.Certificate) (*grpc.Server, *health.Se
 	hs.SetServingStatus(latchkeyv1.JoinService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
 	return srv, hs
+}
+
+// serverTLS is attested TLS's server configuration without session
+// tickets, so no session is ever resumed. The attestation binding would
+// survive a resumption (the exporter comes from each connection's own
+// handshake), but nothing else argues for one: an agent joins once per
+// boot, from a new process, so it has no session to resume unless it
+// stored a ticket on the disk that is still locked, and whoever read that
+// ticket's secret there could answer for the verifier on that agent's
+// next resumption without the pinned key. Issuing tickets no agent uses
+// would only cost CPU (the Go agent offers no resumption, so none is
+// issued to it today) and add a ticket key to the process.
+func serverTLS(cert tls.Certificate) *tls.Config {
+	cfg := atls.ServerConfig(cert)
+	cfg.SessionTicketsDisabled = true
+	return cfg
 }
