@@ -53,6 +53,12 @@ func NewGRPCServer(svc *Service, cert tls.Certificate) (*grpc.Server, *health.Se
 		grpc.ReadBufferSize(16<<10),
 		grpc.WriteBufferSize(16<<10),
 		grpc.SharedWriteBuffer(true),
+		// A join's handler verifies a P-384 signature and decodes protobuf
+		// several frames deep: on a fresh goroutine its stack grows from
+		// 8 KiB by copying, every join. A pool as large as the default
+		// admission limit keeps grown stacks between joins (grpc-go starts
+		// a goroutine when every worker is busy, so this bounds nothing).
+		grpc.NumStreamWorkers(uint32(DefaultMaxInFlight())),
 	)
 	latchkeyv1.RegisterJoinServiceServer(srv, svc)
 	hs := health.NewServer()

@@ -65,6 +65,7 @@ func serveVerifier(configPath string, control io.Reader, out *lineWriter, log *s
 	if err != nil {
 		return err
 	}
+	app.ReserveGCHeadroom() // as serve does
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
