@@ -59,6 +59,13 @@ func NewGRPCServer(svc *Service, cert tls.Certificate) (*grpc.Server, *health.Se
 		// admission limit keeps grown stacks between joins (grpc-go starts
 		// a goroutine when every worker is busy, so this bounds nothing).
 		grpc.NumStreamWorkers(uint32(DefaultMaxInFlight())),
+		// Fixed flow-control windows that fit the largest join message:
+		// grpc-go's dynamic windows send a bandwidth-probing PING on every
+		// connection's first data and read its answer (a write, a read and
+		// a wake-up per join, for windows a join never needs), and could
+		// grow a connection's window to 16 MiB of unread data.
+		grpc.StaticStreamWindowSize(grpcRecvLimit),
+		grpc.StaticConnWindowSize(grpcRecvLimit),
 	)
 	latchkeyv1.RegisterJoinServiceServer(srv, svc)
 	hs := health.NewServer()
