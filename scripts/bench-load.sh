@@ -9,6 +9,7 @@
 #   scripts/bench-load.sh [-c AGENTS] [-n JOINS] [-w WARMUP] [-r PACED_RATE]
 #                         [-f FRACTIONS] [-t PACED_TIME] [-s STORM_FACTOR]
 #                         [-T STORM_TIME] [-p PROFILE_FILE] [-e VERIFIER_ENV]
+#                         [-S TIMER_SLACK]
 #
 #   -c  concurrent agents                 (LATCHKEY_LOAD_CONCURRENCY, 256)
 #   -n  joins in the measured closed loop (LATCHKEY_LOAD_JOINS, 6000)
@@ -31,6 +32,9 @@
 #   -e  environment of the verifier process only, space-separated, for
 #       example "GODEBUG=gctrace=1"; its stderr is then kept next to the
 #       test binary as verifier.log       (LATCHKEY_LOAD_VERIFIER_ENV)
+#   -S  start the verifier with this timer slack, as a unit's
+#       TimerSlackNSec= would (an experiment: the unit sets none);
+#       0 = the kernel's default          (LATCHKEY_LOAD_TIMER_SLACK, 0)
 #
 # Loopback only; it stops by itself (joins bounded by -load.timeout 5m,
 # the whole run by a 10-minute timeout). The load generator shares the
@@ -52,7 +56,8 @@ storm_time=${LATCHKEY_LOAD_STORM_TIME:-10s}
 inflight=${LATCHKEY_LOAD_MAX_IN_FLIGHT:-0}
 fractions=${LATCHKEY_LOAD_PACED_FRACTIONS:-}
 venv=${LATCHKEY_LOAD_VERIFIER_ENV:-}
-while getopts c:n:w:r:f:t:s:T:a:p:e:h opt; do
+slack=${LATCHKEY_LOAD_TIMER_SLACK:-0}
+while getopts c:n:w:r:f:t:s:T:a:p:e:S:h opt; do
   case $opt in
     c) agents=$OPTARG ;;
     n) joins=$OPTARG ;;
@@ -65,7 +70,8 @@ while getopts c:n:w:r:f:t:s:T:a:p:e:h opt; do
     a) inflight=$OPTARG ;;
     p) profile=$OPTARG ;;
     e) venv=$OPTARG ;;
-    *) sed -n '2,39p' "$0" >&2; exit 2 ;;
+    S) slack=$OPTARG ;;
+    *) sed -n '2,41p' "$0" >&2; exit 2 ;;
   esac
 done
 
@@ -76,7 +82,8 @@ go test -c -o "$bin" ./scripts/bench/load
 args=(-test.run '^$' -test.bench '^BenchmarkSNPLoad$' -test.benchtime 1x -test.timeout 10m
   -load.concurrency "$agents" -load.joins "$joins" -load.warmup "$warmup"
   -load.paced-rate "$rate" -load.paced-time "$paced_time"
-  -load.storm-factor "$storm" -load.storm-time "$storm_time" -load.max-in-flight "$inflight")
+  -load.storm-factor "$storm" -load.storm-time "$storm_time" -load.max-in-flight "$inflight"
+  -load.verifier-timerslack "$slack")
 if [[ -n $profile ]]; then
   profile=$(realpath -m "$profile")
   args+=(-load.cpuprofile "$profile")

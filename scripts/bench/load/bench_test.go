@@ -42,6 +42,7 @@ var (
 	flagCPUProfile = flag.String("load.cpuprofile", "", "write the verifier's CPU profile of the closed loop to this file (of a paced phase to FILE.paced, or FILE.paced-NNN for NNN % of capacity)")
 	flagVerifEnv   = flag.String("load.verifier-env", "", "space-separated NAME=VALUE pairs for the verifier process only (for example GODEBUG=gctrace=1)")
 	flagVerifLog   = flag.String("load.verifier-log", "", "write the verifier's stderr (audit log, and gctrace lines) to this file instead of the run's temporary directory")
+	flagVerifSlack = flag.Duration("load.verifier-timerslack", 0, "start the verifier with this timer slack, as the unit's TimerSlackNSec= does (0: the kernel's default)")
 	flagTimeout    = flag.Duration("load.timeout", 5*time.Minute, "bound on all joins together")
 )
 

@@ -13,11 +13,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
@@ -94,7 +97,7 @@ func startVerifier(tb testing.TB, dir, configPath string) *verifierProc {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
+	if err := startWithTimerSlack(p.cmd, *flagVerifSlack); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(p.kill)
@@ -230,4 +233,26 @@ func procMemKiB(pid int) (rss, hwm int64, err error) {
 		}
 	}
 	return rss, hwm, nil
+}
+
+// startWithTimerSlack starts cmd with the given timer slack (0: this
+// thread's, normally the kernel's default of 50 µs), as systemd's
+// TimerSlackNSec= starts the verifier unit: a process inherits the slack
+// of the thread that forks it, keeps it across execve, and every thread it
+// creates, the Go runtime's sysmon included, inherits it in turn.
+func startWithTimerSlack(cmd *exec.Cmd, slack time.Duration) error {
+	if slack <= 0 {
+		return cmd.Start()
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	old, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	if err != nil {
+		return fmt.Errorf("get timer slack: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(slack.Nanoseconds()), 0, 0, 0); err != nil {
+		return fmt.Errorf("set timer slack: %w", err)
+	}
+	defer unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(old), 0, 0, 0)
+	return cmd.Start()
 }
