@@ -13,7 +13,7 @@
 # they fall to zero. See scripts/bench/storm.
 #
 #   scripts/bench-storm.sh [-n SNP_AGENTS] [-t TPM_AGENTS] [-a MAX_IN_FLIGHT]
-#                          [-q API_QPS] [-w REAP_WAIT]
+#                          [-q API_QPS] [-w REAP_WAIT] [-B]
 #
 #   -n  SEV-SNP agents                   (LATCHKEY_STORM_SNP, 500)
 #   -t  swtpm TPM agents                 (LATCHKEY_STORM_TPM, 4)
@@ -23,6 +23,11 @@
 #                                        (LATCHKEY_STORM_API_QPS, 0)
 #   -w  wait after the storm for the tokens to fall to zero
 #                                        (LATCHKEY_STORM_REAP_WAIT, 2m)
+#   -B  then the baseline on the same control plane: as many nodes join
+#       with one kubeadm token made in advance, their CSRs approved by
+#       kube-controller-manager's csrapproving controller, no verifier;
+#       prints whole joins/s and CPU per join of both
+#                                        (LATCHKEY_STORM_BASELINE=1)
 #
 # The control plane is this run's own unless LATCHKEY_K8S_ENV names a
 # running one (LATCHKEY_CP_DIR, _NETNS, _ADDR choose where it lives, as
@@ -41,14 +46,16 @@ tpm=${LATCHKEY_STORM_TPM:-4}
 inflight=${LATCHKEY_STORM_MAX_IN_FLIGHT:-0}
 qps=${LATCHKEY_STORM_API_QPS:-0}
 reap=${LATCHKEY_STORM_REAP_WAIT:-2m}
-while getopts n:t:a:q:w:h opt; do
+baseline=${LATCHKEY_STORM_BASELINE:-0}
+while getopts n:t:a:q:w:Bh opt; do
 	case $opt in
 	n) snp=$OPTARG ;;
 	t) tpm=$OPTARG ;;
 	a) inflight=$OPTARG ;;
 	q) qps=$OPTARG ;;
 	w) reap=$OPTARG ;;
-	*) sed -n '2,30p' "$0" >&2; exit 2 ;;
+	B) baseline=1 ;;
+	*) sed -n '2,35p' "$0" >&2; exit 2 ;;
 	esac
 done
 
@@ -73,6 +80,11 @@ source "$envfile"
 args=(-test.run '^$' -test.bench '^BenchmarkStorm$' -test.benchtime 1x -test.timeout 20m
 	-storm.verifier "$bindir/latchkey-verifier" -storm.snp "$snp" -storm.tpm "$tpm"
 	-storm.max-in-flight "$inflight" -storm.kube-qps "$qps" -storm.reap-wait "$reap")
-echo "command: scripts/bench-storm.sh -n $snp -t $tpm -a $inflight -q $qps -w $reap"
+flagB=""
+if [[ $baseline == 1 ]]; then
+	args+=(-storm.baseline)
+	flagB=" -B"
+fi
+echo "command: scripts/bench-storm.sh -n $snp -t $tpm -a $inflight -q $qps -w $reap$flagB"
 ip netns exec "$LATCHKEY_K8S_NETNS" env LATCHKEY_STORM_BENCH=1 LATCHKEY_K8S_ENV="$envfile" \
 	timeout --signal TERM --kill-after 30s 21m "$bindir/storm.test" "${args[@]}"

@@ -39,6 +39,12 @@ func (c *Client) attempt(ctx context.Context, endpoint string, req Request) (*la
 		// bound to the first, so retry here instead.
 		grpc.WithDisableRetry(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxTicketMessage)),
+		// Fixed windows (grpc-go's default size): dynamic ones probe the
+		// bandwidth with a PING on the first data, which the verifier must
+		// read and answer on every join for nothing (a join is one small
+		// message each way).
+		grpc.WithStaticStreamWindowSize(maxTicketMessage),
+		grpc.WithStaticConnWindowSize(maxTicketMessage),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", endpoint, err)

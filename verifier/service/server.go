@@ -28,7 +28,7 @@ const (
 // server is returned so the caller can flip it to NOT_SERVING on shutdown.
 func NewGRPCServer(svc *Service, cert tls.Certificate) (*grpc.Server, *health.Server) {
 	srv := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(atls.ServerConfig(cert))),
+		grpc.Creds(credentials.NewTLS(serverTLS(cert))),
 		// codec.go: a message grpc cannot read is refused by the handler,
 		// as MALFORMED with a Refusal, not by grpc without one.
 		grpc.MaxRecvMsgSize(grpcRecvLimit),
@@ -53,10 +53,39 @@ func NewGRPCServer(svc *Service, cert tls.Certificate) (*grpc.Server, *health.Se
 		grpc.ReadBufferSize(16<<10),
 		grpc.WriteBufferSize(16<<10),
 		grpc.SharedWriteBuffer(true),
+		// A join's handler verifies a P-384 signature and decodes protobuf
+		// several frames deep: on a fresh goroutine its stack grows from
+		// 8 KiB by copying, every join. A pool as large as the default
+		// admission limit keeps grown stacks between joins (grpc-go starts
+		// a goroutine when every worker is busy, so this bounds nothing).
+		grpc.NumStreamWorkers(uint32(DefaultMaxInFlight())),
+		// Fixed flow-control windows that fit the largest join message:
+		// grpc-go's dynamic windows send a bandwidth-probing PING on every
+		// connection's first data and read its answer (a write, a read and
+		// a wake-up per join, for windows a join never needs), and could
+		// grow a connection's window to 16 MiB of unread data.
+		grpc.StaticStreamWindowSize(grpcRecvLimit),
+		grpc.StaticConnWindowSize(grpcRecvLimit),
 	)
 	latchkeyv1.RegisterJoinServiceServer(srv, svc)
 	hs := health.NewServer()
 	hs.SetServingStatus(latchkeyv1.JoinService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
 	return srv, hs
+}
+
+// serverTLS is attested TLS's server configuration without session
+// tickets, so no session is ever resumed. The attestation binding would
+// survive a resumption (the exporter comes from each connection's own
+// handshake), but nothing else argues for one: an agent joins once per
+// boot, from a new process, so it has no session to resume unless it
+// stored a ticket on the disk that is still locked, and whoever read that
+// ticket's secret there could answer for the verifier on that agent's
+// next resumption without the pinned key. Issuing tickets no agent uses
+// would only cost CPU (the Go agent offers no resumption, so none is
+// issued to it today) and add a ticket key to the process.
+func serverTLS(cert tls.Certificate) *tls.Config {
+	cfg := atls.ServerConfig(cert)
+	cfg.SessionTicketsDisabled = true
+	return cfg
 }

@@ -3,8 +3,10 @@ package load
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,8 +23,11 @@ const envBench = "LATCHKEY_LOAD_BENCH"
 
 // The benchmark's targets (docs/benchmarks.md, "SEV-SNP under load").
 const (
-	targetRatio = 1.5
-	targetP99   = 50 * time.Millisecond
+	targetRatio = 2.0
+	// targetPacedRatio bounds a paced phase's verifier CPU per join over
+	// the closed loop's.
+	targetPacedRatio = 1.2
+	targetP99        = 50 * time.Millisecond
 )
 
 var (
@@ -30,10 +35,14 @@ var (
 	flagJoins      = flag.Int("load.joins", 6000, "joins in the measured closed-loop phase")
 	flagWarmup     = flag.Int("load.warmup", 512, "joins before measuring")
 	flagSerial     = flag.Int("load.serial", 100, "joins by a single agent after the warm-up: the latency floor (0: none)")
-	flagPacedRate  = flag.Float64("load.paced-rate", 0, "joins/s of the paced phase (0: half the closed-loop rate; <0: no paced phase)")
+	flagPacedRate  = flag.Float64("load.paced-rate", 0, "joins/s of the paced phase (0: half the closed-loop rate; <0: no paced phase); ignored with -load.paced-fractions")
+	flagPacedFracs = flag.String("load.paced-fractions", "", "comma-separated fractions of the closed-loop rate, one paced phase each (for example 0.1,0.5,1), every one -load.paced-time long with its own CPU window")
 	flagPacedTime  = flag.Duration("load.paced-time", 15*time.Second, "length of the paced phase")
 	flagP384Time   = flag.Duration("load.p384-time", time.Second, "CPU time of each bare P-384 measurement")
-	flagCPUProfile = flag.String("load.cpuprofile", "", "write the verifier's CPU profile of the closed loop to this file (of the paced phase to FILE.paced)")
+	flagCPUProfile = flag.String("load.cpuprofile", "", "write the verifier's CPU profile of the closed loop to this file (of a paced phase to FILE.paced, or FILE.paced-NNN for NNN % of capacity)")
+	flagVerifEnv   = flag.String("load.verifier-env", "", "space-separated NAME=VALUE pairs for the verifier process only (for example GODEBUG=gctrace=1)")
+	flagVerifLog   = flag.String("load.verifier-log", "", "write the verifier's stderr (audit log, and gctrace lines) to this file instead of the run's temporary directory")
+	flagVerifSlack = flag.Duration("load.verifier-timerslack", 0, "start the verifier with this timer slack, as the unit's TimerSlackNSec= does (0: the kernel's default)")
 	flagTimeout    = flag.Duration("load.timeout", 5*time.Minute, "bound on all joins together")
 )
 
@@ -64,17 +73,19 @@ type result struct {
 	agents, pid int
 	// Phases: warm-up, one agent alone (latency floor), closed loop
 	// (throughput, the headline CPU), paced (open-loop latency).
-	warm, serial, closed, paced *phase
+	warm, serial, closed *phase
+	// paced are the paced phases in the order run (one, or one per
+	// -load.paced-fractions entry).
+	paced []*pacedRun
 	// storm is the open-loop phase at -load.storm-factor times the
 	// closed-loop rate (storm_test.go).
 	storm          *stormResult
-	pacedRate      float64
 	failedAttempts int64
 	firstFailure   error // the first retried attempt's cause, if any
-	// The verifier's CPU over the closed loop, the paced phase, and idle
-	// (during the first bare P-384 measurement, idleWall long).
-	closedCPU, pacedCPU, idle cpuWindow
-	idleWall                  time.Duration
+	// The verifier's CPU over the closed loop and idle (during the first
+	// bare P-384 measurement, idleWall long).
+	closedCPU, idle cpuWindow
+	idleWall        time.Duration
 	// generatorCPU is this process's CPU over the closed loop.
 	generatorCPU time.Duration
 	// p384 is measured before and after the load, p384Loaded during the
@@ -129,20 +140,61 @@ func runLoad(b *testing.B) *result {
 	return r
 }
 
+// pacedRun is one paced phase: its rate, as a fraction of the closed
+// loop's when it was asked for that way (0 otherwise), and the verifier's
+// CPU over it.
+type pacedRun struct {
+	rate, fraction float64
+	joins          *phase
+	cpu            cpuWindow
+}
+
 func (r *result) runPaced(ctx context.Context, b *testing.B, v *verifierProc, f *fleet) {
-	rate := *flagPacedRate
-	if rate < 0 {
+	fracs, err := parseFractions(*flagPacedFracs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(fracs) == 0 {
+		rate := *flagPacedRate
+		if rate < 0 {
+			return
+		}
+		if rate == 0 {
+			rate = r.closed.rate() / 2
+		}
+		r.paced = append(r.paced, r.runPacedAt(ctx, b, v, f, rate, 0, ".paced"))
 		return
 	}
-	if rate == 0 {
-		rate = r.closed.rate() / 2
+	for _, q := range fracs {
+		suffix := fmt.Sprintf(".paced-%03.0f", q*100)
+		r.paced = append(r.paced, r.runPacedAt(ctx, b, v, f, q*r.closed.rate(), q, suffix))
 	}
-	r.pacedRate = rate
+}
+
+func (r *result) runPacedAt(ctx context.Context, b *testing.B, v *verifierProc, f *fleet, rate, fraction float64, suffix string) *pacedRun {
+	pr := &pacedRun{rate: rate, fraction: fraction}
 	n := max(1, int(rate*flagPacedTime.Seconds()))
-	r.pacedCPU = measureCPU(b, v, func() {
-		defer profile(b, v, ".paced")()
-		r.paced = f.paced(ctx, "paced", n, rate)
+	pr.cpu = measureCPU(b, v, func() {
+		defer profile(b, v, suffix)()
+		pr.joins = f.paced(ctx, "paced", n, rate)
 	})
+	return pr
+}
+
+// parseFractions reads -load.paced-fractions: positive numbers up to 2.
+func parseFractions(s string) ([]float64, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		q, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || q <= 0 || q > 2 {
+			return nil, fmt.Errorf("-load.paced-fractions: %q is not a fraction in (0, 2]", f)
+		}
+		out = append(out, q)
+	}
+	return out, nil
 }
 
 // measureCPU runs fn and returns the verifier's CPU meanwhile.
@@ -164,8 +216,8 @@ func measureCPU(b *testing.B, v *verifierProc, fn func()) cpuWindow {
 }
 
 // profile starts the verifier's CPU profile when -load.cpuprofile asks for
-// one (the closed loop's in that file, the paced phase's in that file with
-// suffix appended) and returns what stops it.
+// one (the closed loop's in that file, each paced phase's in that file
+// with suffix appended) and returns what stops it.
 func profile(b *testing.B, v *verifierProc, suffix string) func() {
 	if *flagCPUProfile == "" {
 		return func() {}

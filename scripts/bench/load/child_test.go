@@ -13,11 +13,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/latchkey/latchkey/attest/atls"
 	"github.com/latchkey/latchkey/attest/snp/snptest"
@@ -72,7 +75,11 @@ func startVerifier(tb testing.TB, dir, configPath string) *verifierProc {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := &verifierProc{logPath: filepath.Join(dir, "verifier.log"), replies: make(chan string, 16), exited: make(chan struct{})}
+	logPath := filepath.Join(dir, "verifier.log")
+	if *flagVerifLog != "" {
+		logPath = *flagVerifLog
+	}
+	p := &verifierProc{logPath: logPath, replies: make(chan string, 16), exited: make(chan struct{})}
 	logFile, err := os.Create(p.logPath)
 	if err != nil {
 		tb.Fatal(err)
@@ -80,6 +87,7 @@ func startVerifier(tb testing.TB, dir, configPath string) *verifierProc {
 	defer logFile.Close()
 	p.cmd = exec.Command(self)
 	p.cmd.Env = append(os.Environ(), envRole+"="+roleVerifier, envConfig+"="+configPath)
+	p.cmd.Env = append(p.cmd.Env, strings.Fields(*flagVerifEnv)...)
 	p.cmd.Stderr = logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
@@ -89,7 +97,7 @@ func startVerifier(tb testing.TB, dir, configPath string) *verifierProc {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
+	if err := startWithTimerSlack(p.cmd, *flagVerifSlack); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(p.kill)
@@ -225,4 +233,26 @@ func procMemKiB(pid int) (rss, hwm int64, err error) {
 		}
 	}
 	return rss, hwm, nil
+}
+
+// startWithTimerSlack starts cmd with the given timer slack (0: this
+// thread's, normally the kernel's default of 50 µs), as systemd's
+// TimerSlackNSec= starts the verifier unit: a process inherits the slack
+// of the thread that forks it, keeps it across execve, and every thread it
+// creates, the Go runtime's sysmon included, inherits it in turn.
+func startWithTimerSlack(cmd *exec.Cmd, slack time.Duration) error {
+	if slack <= 0 {
+		return cmd.Start()
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	old, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	if err != nil {
+		return fmt.Errorf("get timer slack: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(slack.Nanoseconds()), 0, 0, 0); err != nil {
+		return fmt.Errorf("set timer slack: %w", err)
+	}
+	defer unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(old), 0, 0, 0)
+	return cmd.Start()
 }

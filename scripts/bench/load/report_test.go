@@ -37,8 +37,11 @@ func (r *result) print(w io.Writer) {
 	r.printPhase(w, r.warm, nil)
 	r.printPhase(w, r.serial, nil)
 	r.printPhase(w, r.closed, &r.closedCPU)
-	r.printPhase(w, r.paced, &r.pacedCPU)
+	for _, pr := range r.paced {
+		r.printPhase(w, pr.joins, &pr.cpu)
+	}
 	r.printSummary(w)
+	r.printPacedCost(w)
 	r.printStorm(w)
 }
 
@@ -48,8 +51,10 @@ func (r *result) printPhase(w io.Writer, p *phase, cpu *cpuWindow) {
 	}
 	// Every row says "joins" so scripts/bench.sh's filter keeps it.
 	name, per := p.name+" joins", "-"
-	if p == r.paced {
-		name = fmt.Sprintf("paced joins %.0f/s", r.pacedRate)
+	for _, pr := range r.paced {
+		if p == pr.joins {
+			name = fmt.Sprintf("paced joins %.0f/s", pr.rate)
+		}
 	}
 	if cpu != nil {
 		per = fmt.Sprintf("%.3f ms/join", ms(cpu.perJoin(p)))
@@ -81,9 +86,10 @@ func (r *result) printLatencyVerdict(w io.Writer) {
 	floor := time.Duration(float64(r.agents) / c.rate() * float64(time.Second))
 	fmt.Fprintf(w, "p99 at %d concurrent agents, closed loop: %.1f ms (target < %.0f ms: %s); Little's law puts the mean at agents/joins/s = %.1f ms whatever the verifier does\n",
 		r.agents, ms(c.pct(0.99)), ms(targetP99), verdict(float64(c.pct(0.99))/float64(targetP99)), ms(floor))
-	if p := r.paced; p != nil {
+	for _, pr := range r.paced {
+		p := pr.joins
 		fmt.Fprintf(w, "p99 at %d concurrent agents, paced at %.0f joins/s (open loop, latency from each join's scheduled start): %.1f ms (target < %.0f ms: %s)\n",
-			r.agents, r.pacedRate, ms(p.pct(0.99)), ms(targetP99), verdict(float64(p.pct(0.99))/float64(targetP99)))
+			r.agents, pr.rate, ms(p.pct(0.99)), ms(targetP99), verdict(float64(p.pct(0.99))/float64(targetP99)))
 	}
 }
 
@@ -115,10 +121,8 @@ func (r *result) printDetail(w io.Writer) {
 
 func (r *result) joined() int64 {
 	var n int
-	for _, p := range []*phase{r.warm, r.serial, r.closed, r.paced} {
-		if p != nil {
-			n += len(p.lat)
-		}
+	for _, p := range r.phases() {
+		n += len(p.lat)
 	}
 	if r.storm != nil {
 		n += len(r.storm.joins.lat)
@@ -136,8 +140,9 @@ func (r *result) report(b *testing.B) {
 	b.ReportMetric(r.closed.rate(), "joins/s")
 	b.ReportMetric(ms(r.closed.pct(0.50)), "p50-ms")
 	b.ReportMetric(ms(r.closed.pct(0.99)), "p99-ms")
-	if r.paced != nil {
-		b.ReportMetric(ms(r.paced.pct(0.99)), "paced-p99-ms")
+	for i, pr := range r.paced {
+		b.ReportMetric(ms(pr.joins.pct(0.99)), fmt.Sprintf("paced%d-p99-ms", i))
+		b.ReportMetric(r.pacedRatio(pr), fmt.Sprintf("paced%d-cpu-ratio", i))
 	}
 	b.ReportMetric(float64(r.rssIdle)/1024, "rss-idle-MiB")
 	b.ReportMetric(float64(r.rssPeak)/1024, "rss-peak-MiB")
@@ -146,13 +151,64 @@ func (r *result) report(b *testing.B) {
 // check fails the run when a join failed, or when the token step did not
 // run exactly once per join with every ticket acknowledged.
 func (r *result) check(b *testing.B) {
-	for _, p := range []*phase{r.warm, r.serial, r.closed, r.paced} {
-		if p != nil && p.failed > 0 {
+	for _, p := range r.phases() {
+		if p.failed > 0 {
 			b.Errorf("%s: %d of %d joins failed, first: %v", p.name, p.failed, p.joins, p.err)
 		}
 	}
 	r.checkStorm(b)
 	if r.final.Mints != r.joined() || r.final.Revokes != 0 {
 		b.Errorf("verifier minted %d tokens and revoked %d for %d joins", r.final.Mints, r.final.Revokes, r.joined())
+	}
+}
+
+// phases are the non-storm phases that ran.
+func (r *result) phases() []*phase {
+	var out []*phase
+	for _, p := range []*phase{r.warm, r.serial, r.closed} {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	for _, pr := range r.paced {
+		out = append(out, pr.joins)
+	}
+	return out
+}
+
+// pacedRatio is a paced phase's verifier CPU per join over the closed
+// loop's.
+func (r *result) pacedRatio(pr *pacedRun) float64 {
+	return float64(pr.cpu.perJoin(pr.joins)) / float64(r.closedCPU.perJoin(r.closed))
+}
+
+// printPacedCost compares each paced phase's verifier CPU per join with
+// the closed loop's, with what the runtime did per join in each (the
+// causes an idle-time join pays for: GC cycles, context switches, i.e.
+// threads put to sleep and woken, allocations).
+func (r *result) printPacedCost(w io.Writer) {
+	fmt.Fprintf(w, "%-26s %8s %9s %8s %10s %10s %9s %9s %8s\n", "cpu per join (verifier)", "joins/s", "ms/join", "/closed",
+		"/bare P384", "allocs", "KiB", "GC/1000", "ctxsw")
+	row := func(name string, rate float64, p *phase, c cpuWindow) {
+		n := uint64(max(1, len(p.lat)))
+		per := c.perJoin(p)
+		fmt.Fprintf(w, "%-26s %8.1f %9.3f %8.2f %10.2f %10d %9.1f %9.2f %8.2f\n", name, rate, ms(per),
+			float64(per)/float64(r.closedCPU.perJoin(r.closed)), float64(per)/float64(r.p384PerOp()),
+			(c.after.Mallocs-c.before.Mallocs)/n, float64(c.after.TotalAlloc-c.before.TotalAlloc)/float64(n)/1024,
+			1000*float64(c.after.NumGC-c.before.NumGC)/float64(n),
+			float64(c.after.CtxSwitches-c.before.CtxSwitches)/float64(n))
+	}
+	row("closed loop", r.closed.rate(), r.closed, r.closedCPU)
+	for _, pr := range r.paced {
+		name := fmt.Sprintf("paced %.0f/s", pr.rate)
+		if pr.fraction > 0 {
+			name = fmt.Sprintf("paced %.0f%% (%.0f/s)", 100*pr.fraction, pr.rate)
+		}
+		row(name, pr.joins.rate(), pr.joins, pr.cpu)
+	}
+	for _, pr := range r.paced {
+		q := r.pacedRatio(pr)
+		fmt.Fprintf(w, "ratio: paced at %.0f joins/s, verifier CPU per join / closed loop's = %.2f (target <= %.1f: %s)\n",
+			pr.rate, q, targetPacedRatio, verdict(q/targetPacedRatio))
 	}
 }

@@ -65,6 +65,7 @@ func serveVerifier(configPath string, control io.Reader, out *lineWriter, log *s
 	if err != nil {
 		return err
 	}
+	app.ReserveGCHeadroom() // as serve does
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -200,6 +201,9 @@ type verifierStats struct {
 	TotalAlloc uint64
 	NumGC      uint32
 	Goroutines int
+	// CtxSwitches counts the process's voluntary and involuntary context
+	// switches (getrusage): how often its threads slept and were woken.
+	CtxSwitches int64
 	// Validations, ValidationP50Ms and ValidationP99Ms are of the joins
 	// accepted since the previous stats (validation_test.go).
 	Validations                      int
@@ -220,7 +224,7 @@ func (c *controller) stats() string {
 		Mints: c.minter.mints.Load(), Revokes: c.minter.revokes.Load(),
 		CPU:       time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
 		MaxRSSKiB: ru.Maxrss, Mallocs: ms.Mallocs, TotalAlloc: ms.TotalAlloc, NumGC: ms.NumGC,
-		Goroutines: runtime.NumGoroutine(),
+		Goroutines: runtime.NumGoroutine(), CtxSwitches: ru.Nvcsw + ru.Nivcsw,
 	})
 	return string(b)
 }

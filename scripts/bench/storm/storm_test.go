@@ -72,6 +72,14 @@ func BenchmarkStorm(b *testing.B) {
 	if r.failed > 0 {
 		b.Fatalf("%d of %d joins failed; the first: %v", r.failed, len(r.joins)+r.failed, r.firstErr)
 	}
+	if *flagBaseline {
+		base := runBaseline(b, env, fmt.Sprintf("%x", time.Now().Unix()%0xfffff), r.agents)
+		printBaseline(os.Stdout, r, base)
+		b.ReportMetric(base.rate(), "baseline-joins/s")
+		if base.failed > 0 {
+			b.Fatalf("baseline: %d of %d joins failed; the first: %v", base.failed, base.nodes, base.firstErr)
+		}
+	}
 }
 
 // node is one agent: its machine, its names and its ticket client.

@@ -186,6 +186,7 @@ func serve(f *serveFlags, lf *cli.LogFlags, stderr io.Writer) int {
 	if err != nil {
 		return fail(exitcode.BadConfig, "socket activation", err)
 	}
+	app.ReserveGCHeadroom()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	notify := sdnotify.New(sdnotify.Config{Logger: log})
