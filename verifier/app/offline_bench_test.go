@@ -17,14 +17,12 @@ import (
 
 	"github.com/latchkey/latchkey/agent/ticket"
 	"github.com/latchkey/latchkey/attest/atls"
-	"github.com/latchkey/latchkey/attest/tpm"
 	"github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/offline"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
 	"github.com/latchkey/latchkey/internal/benchtest"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/app"
-	"github.com/latchkey/latchkey/verifier/policy"
 )
 
 // BenchmarkOfflineUnlock alternates, on one swtpm and in one run, the
@@ -91,13 +89,7 @@ type offlineUnlockRig struct {
 func newOfflineUnlockRig(b *testing.B) *offlineUnlockRig {
 	ctx := context.Background()
 	sim := tpmtest.Start(b)
-	ref, err := issuer.Measure(ctx, sim.Device, testPCRs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	sec := policy.TPMSection{Policy: tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM},
-		OfflineUnlock: &policy.OfflineUnlock{MaxBoots: 2, MaxHours: 24}}
-	dir, _ := verifierFiles(b, map[string]any{"tpm": sec}, randomSecret(), benchSalt)
+	dir, _ := offlineUnlockFiles(b, sim, benchSalt)
 	r := &rig{sim: sim}
 	u := &offlineUnlockRig{sim: sim, req: worker()}
 	u.verifier, r.addr, r.pin = startVerifierProcess(b, dir)
