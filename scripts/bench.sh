@@ -37,8 +37,8 @@ if [[ $what == all || $what == snp ]]; then
     go test -run '^$' -bench . -benchtime 2s ./attest/snp/
 fi
 if [[ $what == all || $what == offline ]]; then
-  run "offline unlock (swtpm) vs clevis decrypt of a tpm2 pin on the same swtpm, alternating" \
-    go test -run '^$' -bench 'BenchmarkOfflineUnlock' -benchtime 30x ./attest/tpm/offline/
+  run "offline unlock vs online rejoin vs clevis decrypt of a tpm2 pin, one swtpm, alternating" \
+    go test -run '^$' -bench 'BenchmarkOfflineUnlock' -benchtime 30x ./verifier/app/
 fi
 if [[ ( $what == all || $what == load ) && -x scripts/bench-load.sh ]]; then
   run "SNP load: verifier process, concurrent agents over loopback TLS" scripts/bench-load.sh

@@ -13,8 +13,22 @@ import (
 	"github.com/latchkey/latchkey/attest/tpm/issuer"
 	"github.com/latchkey/latchkey/attest/tpm/offline"
 	"github.com/latchkey/latchkey/attest/tpm/tpmtest"
+	"github.com/latchkey/latchkey/verifier/app"
 	"github.com/latchkey/latchkey/verifier/policy"
 )
+
+// offlineUnlockFiles is verifierFiles for sim's PCRs of testPCRs, with
+// offline unlock allowed for 2 boots and 24 hours.
+func offlineUnlockFiles(tb testing.TB, sim *tpmtest.Simulator, salt string) (string, *app.Config) {
+	tb.Helper()
+	ref, err := issuer.Measure(context.Background(), sim.Device, testPCRs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sec := policy.TPMSection{Policy: tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM},
+		OfflineUnlock: &policy.OfflineUnlock{MaxBoots: 2, MaxHours: 24}}
+	return verifierFiles(tb, map[string]any{"tpm": sec}, randomSecret(), salt)
+}
 
 // A swtpm machine joins through the assembled verifier whose policy
 // allows offline unlock. The ticket's grant carries the TPM's own reset
@@ -24,13 +38,7 @@ import (
 func TestTPMJoinWithOfflineUnlockGrants(t *testing.T) {
 	ctx := context.Background()
 	sim := tpmtest.Start(t)
-	ref, err := issuer.Measure(ctx, sim.Device, testPCRs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sec := policy.TPMSection{Policy: tpm.Policy{PCRs: ref.PCRs, EKCARoots: sim.EKCARootsPEM},
-		OfflineUnlock: &policy.OfflineUnlock{MaxBoots: 2, MaxHours: 24}}
-	_, cfg := verifierFiles(t, map[string]any{"tpm": sec}, randomSecret(), "test-cluster")
+	_, cfg := offlineUnlockFiles(t, sim, "test-cluster")
 	r := startRig(t, sim, cfg)
 	tk, err := r.agent(t, r.issuer(t), 30*time.Second).Get(ctx, worker())
 	if err != nil {
