@@ -25,8 +25,8 @@ if [[ $what == all || $what == tpm ]]; then
     go test -run '^$' -bench 'BenchmarkFullJoinTPM' -benchtime 50x ./verifier/app/
 fi
 if [[ $what == all || $what == agent ]]; then
-  run "agent start-up: in process, and the shipped build as a process (key-only boot, version, hello world)" \
-    go test -run '^$' -bench 'StartToReady' -benchtime 30x ./agent/cmd/latchkey-agent/
+  run "agent start-up: in process, and the shipped build as a process (key-only boot, version, hello world); its key recovery vs clevis decrypt against Tang" \
+    go test -run '^$' -bench 'StartToReady|KeyRecoveryVsClevis' -benchtime 15x ./agent/cmd/latchkey-agent/
 fi
 if [[ $what == all || $what == disk ]]; then
   run "LUKS: unseal and the agent's disk step (root)" \

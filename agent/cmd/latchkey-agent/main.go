@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -126,11 +127,8 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 	defer stop()
 	notify := sdnotify.New(sdnotify.Config{Logger: log})
 	state := app.NewState(cfg.NodeName, nil)
-	stopAPI := serveStatus(cfg.StatusSocket, state, log)
-	defer stopAPI()
-	running := state.Result(exitcode.OK)
-	running.Result, running.ExitCode, running.Exit = "running", 0, ""
-	leaveResult(cfg.StatusFile, running, log)
+	side := startSide(cfg, state, log)
+	defer func() { side()() }()
 	var plan disk.Plan
 	a, err := app.BuildAgent(cfg, app.Deps{Logger: log, Stdout: stdout,
 		OnProgress: func(p bootpkg.Progress, line string) {
@@ -160,13 +158,14 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 		}
 		log.Error("cannot start", logkey.Exit, exitcode.Name(code), logkey.Error, err.Error())
 		state.Failed(err, code)
+		side()
 		leaveResult(cfg.StatusFile, state.Result(code), log)
 		return code
 	}
 	defer a.Close()
 	err = a.Boot.Run(ctx)
 	code := app.ExitCode(err)
-	defer func() { leaveResult(cfg.StatusFile, state.Result(code), log) }()
+	defer func() { side(); leaveResult(cfg.StatusFile, state.Result(code), log) }()
 	if code == exitcode.Stopped {
 		log.Info("stopped before the boot finished", logkey.Error, err.Error())
 		state.Failed(err, code)
@@ -184,6 +183,24 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 	state.ReadyLine(line)
 	log.Info("boot complete", logkey.Node, cfg.NodeName)
 	return keepAttesting(ctx, a, plan, notify, state, log)
+}
+
+// startSide serves the status API and leaves the "running" result beside
+// the boot rather than before it: the TPM's first command needs neither,
+// and the result's synced write (the file, then its directory) would
+// otherwise delay it. The returned func waits until both are done and
+// gives the API's stop function; every later result waits for it first,
+// so "running" never overwrites how the boot ended.
+func startSide(cfg *config.Config, state *app.State, log *slog.Logger) func() func() {
+	running := state.Result(exitcode.OK)
+	running.Result, running.ExitCode, running.Exit = "running", 0, ""
+	done := make(chan func(), 1)
+	go func() {
+		stop := serveStatus(cfg.StatusSocket, state, log)
+		leaveResult(cfg.StatusFile, running, log)
+		done <- stop
+	}()
+	return sync.OnceValue(func() func() { return <-done })
 }
 
 // readyLine is the status line of a booted node: an offline boot says so,
