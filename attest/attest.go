@@ -29,8 +29,9 @@
 // so a new variant, or a change to one variant's policy step, needs no
 // edit outside its package. A State is opaque outside its variant but for
 // its Variant and the verified keys it names (Keys, which a deny list
-// matches): only the CheckPolicy of the variant that made it interprets
-// it, and a state of another variant, or none, is refused as INTERNAL
+// matches), and, where the variant can seal, the facts of an offline
+// grant (Sealer, sealer.go): only the CheckPolicy of the variant that
+// made it interprets it, and a state of another variant, or none, is refused as INTERNAL
 // (StateMismatch).
 // Test doubles (attest/attesttest) implement the same two methods and go
 // through the same path.

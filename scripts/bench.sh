@@ -3,7 +3,7 @@
 # live here, never in timed unit tests.
 #
 #   scripts/bench.sh           all benchmarks
-#   scripts/bench.sh tpm|agent|disk|snp|load|storm
+#   scripts/bench.sh tpm|agent|disk|snp|offline|load|storm
 #
 # agent starts the shipped build as a process; LATCHKEY_AGENT_COMPARE=BIN
 # runs another agent binary alternately in the same run.
@@ -35,6 +35,10 @@ fi
 if [[ $what == all || $what == snp ]]; then
   run "SNP validation (cached chain) vs one bare P-384 verify" \
     go test -run '^$' -bench . -benchtime 2s ./attest/snp/
+fi
+if [[ $what == all || $what == offline ]]; then
+  run "offline unlock (swtpm) vs clevis decrypt of a tpm2 pin on the same swtpm, alternating" \
+    go test -run '^$' -bench 'BenchmarkOfflineUnlock' -benchtime 30x ./attest/tpm/offline/
 fi
 if [[ ( $what == all || $what == load ) && -x scripts/bench-load.sh ]]; then
   run "SNP load: verifier process, concurrent agents over loopback TLS" scripts/bench-load.sh

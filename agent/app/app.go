@@ -75,7 +75,8 @@ func BuildAgent(cfg *config.Config, deps Deps) (a *Agent, err error) {
 		return nil, err
 	}
 	b, err := boot.New(boot.Config{NodeName: cfg.NodeName, Role: role(cfg.Role), Disk: d, Tickets: tickets,
-		Joiner: joiner, JoinAttempts: joinAttempts(cfg), Logger: deps.Logger, OnProgress: deps.OnProgress, OnPlan: deps.OnPlan})
+		Joiner: joiner, JoinAttempts: joinAttempts(cfg), Logger: deps.Logger, OnProgress: deps.OnProgress, OnPlan: deps.OnPlan,
+		Offline: newOffline(cfg, d)}) // offline.go
 	if err != nil {
 		return nil, err
 	}

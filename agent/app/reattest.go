@@ -27,7 +27,11 @@ type Agent struct {
 // the disk stage found: its UUID is the node's disk); nil when
 // reattest.disabled is set.
 func (a *Agent) Reattest(plan disk.Plan, onRound func(int, reattest.Result, error)) (*reattest.Loop, error) {
-	if a.cfg.Reattest.Disabled {
+	// After an offline boot the node re-attests even with re-attestation
+	// off, until one round attests it (the verifier then clears the
+	// offline taint and renews the grant).
+	offlineOnly := a.cfg.Reattest.Disabled && a.Boot.BootedOffline()
+	if a.cfg.Reattest.Disabled && !offlineOnly {
 		return nil, nil
 	}
 	pins, err := atls.ParsePins(a.cfg.VerifierPins)
@@ -49,7 +53,8 @@ func (a *Agent) Reattest(plan disk.Plan, onRound func(int, reattest.Result, erro
 		DiskKeyGeneration: plan.KeyGeneration,
 		// The ticket client's own timeout ends a round first, so its
 		// error keeps the refusal (a cut-short parent would hide it).
-		Tickets: tickets, Interval: interval, RoundTimeout: round + roundGrace, Logger: a.deps.Logger, OnRound: onRound})
+		Tickets: tickets, Interval: interval, RoundTimeout: round + roundGrace, Logger: a.deps.Logger, OnRound: onRound,
+		Offline: a.Boot, StopWhenAttested: offlineOnly})
 }
 
 // roundGrace is how much longer a round may run than its ticket client.

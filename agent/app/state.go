@@ -114,11 +114,15 @@ func (s *State) Ticket(r ticket.Received) {
 }
 
 // Ready records the end of a successful boot.
-func (s *State) Ready() {
+func (s *State) Ready() { s.ReadyLine("node ready") }
+
+// ReadyLine is Ready with its status line (an offline boot says how much
+// of its grant is left).
+func (s *State) ReadyLine(line string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.st.Stage != adminv1.Stage_STAGE_READY {
 		s.st.Stage, s.st.StageSinceUnix = adminv1.Stage_STAGE_READY, s.now().Unix()
 	}
-	s.st.ExitCode, s.st.StatusLine = 0, "node ready"
+	s.st.ExitCode, s.st.StatusLine = 0, line
 }

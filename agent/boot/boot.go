@@ -11,6 +11,7 @@
 package boot
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -104,10 +105,15 @@ type Config struct {
 	// OnPlan is told what the disk stage found, and again once the disk
 	// is open with the generation it is keyed under now; optional.
 	OnPlan func(disk.Plan)
+	// Offline turns offline unlock on (offline.go); nil: off.
+	Offline *Offline
 }
 
 // Boot is one boot of the agent.
-type Boot struct{ cfg Config }
+type Boot struct {
+	cfg Config
+	off *offline
+}
 
 // New checks cfg.
 func New(cfg Config) (*Boot, error) {
@@ -132,7 +138,14 @@ func New(cfg Config) (*Boot, error) {
 	if cfg.OnProgress == nil {
 		cfg.OnProgress = func(Progress, string) {}
 	}
-	return &Boot{cfg: cfg}, nil
+	b := &Boot{cfg: cfg}
+	if o := cfg.Offline; o != nil {
+		if _, ok := cfg.Tickets.(WindowTickets); !ok || o.Sealer == nil || o.Store == nil || o.After <= 0 {
+			return nil, errors.New("boot: offline unlock needs a sealer, a token store, a positive wait and a windowed ticket client")
+		}
+		b.off = &offline{cfg: o}
+	}
+	return b, nil
 }
 
 // Run runs every stage once.
@@ -147,14 +160,28 @@ func (b *Boot) Run(ctx context.Context) error {
 		b.cfg.OnPlan(plan)
 	}
 	b.cfg.OnProgress(Attesting, "attesting")
-	t, err := b.cfg.Tickets.Get(ctx, b.request(plan, false))
+	t, key, err := b.attestOrUnseal(ctx, plan) // offline.go
 	if err != nil {
 		return &StageError{StageTicket, err}
+	}
+	if key != nil {
+		if done, err := b.runOffline(ctx, plan, key); done {
+			return err
+		}
+		if t, err = b.cfg.Tickets.Get(ctx, b.request(plan, false)); err != nil {
+			return &StageError{StageTicket, err}
+		}
+	}
+	var sealKey []byte // kept for a grant's seal, once the key opened the disk
+	if b.off != nil && t.GetOfflineGrant() != nil {
+		sealKey = bytes.Clone(t.DiskKey)
+		defer clear(sealKey)
 	}
 	res, err := b.openDisk(ctx, plan, t)
 	if err != nil {
 		return &StageError{StageDisk, err}
 	}
+	b.off.afterTicket(ctx, b, t, sealKey)
 	if _, ok := b.cfg.Disk.(disk.KeyedStage); ok { // the header is now on the ticket's generation
 		plan.KeyGeneration = &res.KeyGeneration
 		if b.cfg.OnPlan != nil {
@@ -171,7 +198,7 @@ func (b *Boot) Run(ctx context.Context) error {
 
 func (b *Boot) request(plan disk.Plan, wantToken bool) ticket.Request {
 	return ticket.Request{NodeName: b.cfg.NodeName, DiskUUID: plan.UUID, Role: b.cfg.Role,
-		Rejoin: plan.Rejoin, RequestToken: wantToken, DiskKeyGeneration: plan.KeyGeneration}
+		Rejoin: plan.Rejoin, RequestToken: wantToken, DiskKeyGeneration: plan.KeyGeneration, Offline: b.OfflineHello()}
 }
 
 // openDisk hands the key to the disk stage and clears it afterwards; the

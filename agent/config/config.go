@@ -64,6 +64,9 @@ type Config struct {
 	Timeout Duration `json:"timeout,omitempty"`
 	// Reattest configures re-attestation after the boot.
 	Reattest Reattest `json:"reattest,omitempty"`
+	// Offline configures offline unlock, used only when a verifier
+	// granted it (docs/offline-unlock.md).
+	Offline Offline `json:"offline,omitempty"`
 	// StatusSocket is the local admin API socket (default
 	// /run/latchkey/agent/admin.sock; "-" disables it).
 	StatusSocket string `json:"statusSocket,omitempty"`
@@ -202,6 +205,17 @@ type Reattest struct {
 	Disabled bool `json:"disabled,omitempty"`
 }
 
+// Offline configures offline unlock on the agent. Whether a node may
+// unlock offline at all is the verifier's decision (its policy's
+// offlineUnlock); the agent only decides how long it waits for a
+// verifier first.
+type Offline struct {
+	// After is how long a boot holding an offline grant tries the
+	// verifiers before it unlocks offline (default: one full round of
+	// the endpoints plus 5s, ticket.DefaultOfflineAfter).
+	After Duration `json:"after,omitempty"`
+}
+
 // Duration is a time.Duration written as "30s" in YAML.
 type Duration = duration.Duration
 
@@ -269,6 +283,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Timeout.Duration == 0 {
 		c.Timeout.Duration = ticket.DefaultTimeout
+	}
+	if c.Offline.After.Duration == 0 {
+		c.Offline.After.Duration = ticket.DefaultOfflineAfter(len(c.Verifiers))
 	}
 	return nil
 }

@@ -40,6 +40,9 @@ func (c *Config) validateLocal() error {
 	if c.Timeout.Duration < 0 {
 		return fmt.Errorf("timeout %s is negative: give a positive duration such as 10m (timeout:, --timeout)", c.Timeout.Duration)
 	}
+	if d := c.Offline.After.Duration; d < time.Second {
+		return fmt.Errorf("offline.after %s is below 1s: give how long to try the verifiers before an offline unlock, such as 1m", d)
+	}
 	if d := c.Reattest.Interval.Duration; d < time.Second && !c.Reattest.Disabled {
 		return fmt.Errorf("reattest.interval %s is below 1s (to turn re-attestation off, set reattest.disabled: true)", d)
 	}

@@ -36,7 +36,8 @@
 // identical JSON in both copies, and JSON that equals, key for key, one
 // aes-xts-plain64 crypt segment at 16 MiB with 4 KiB sectors, one luks2
 // keyslot with a 512-bit key and pbkdf2-sha256 at 1000 iterations, one
-// pbkdf2 digest, no tokens, no flags, no requirements; keyslot 0's area
+// pbkdf2 digest, no token but the latchkey-offline one (offline.go), no
+// flags, no requirements; keyslot 0's area
 // is area A or B and the subsystem field names the master-secret
 // generation (none, or latchkey-g<n>). The copies must be identical,
 // except in the one transitional state a rewrap cut short between its
@@ -96,6 +97,9 @@ type Plan struct {
 	// KeyGeneration is the master-secret generation the validated header
 	// names (rewrap.go), for the Hello; nil on a first boot.
 	KeyGeneration *uint32
+	// Offline is the validated header's offline token (offline.go); nil
+	// when it holds none.
+	Offline *OfflineToken
 }
 
 // Result is what Open produced.

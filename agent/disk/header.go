@@ -119,6 +119,9 @@ func validateHeader(head []byte, wantUUID string) (*header, error) {
 	if p.seqID == s.seqID && p.generation == s.generation && bytes.Equal(pj, sj) {
 		return h, nil
 	}
+	if tokenTransition(p, s, pj, sj) { // offline_token.go
+		return h, nil
+	}
 	prior, err := checkTransition(head, p, pj, pp, s, sj)
 	if err != nil {
 		return nil, fmt.Errorf("%w: primary and secondary headers differ (%v)", ErrHeaderRejected, err)

@@ -76,7 +76,7 @@ var hostileCases = []hostileCase{
 	{"smaller sector", jsonEdit(`"sector_size":4096`, `"sector_size":512`), `segments.0.sector_size is number 512, want number 4096`, true},
 	{"moved segment offset", jsonEdit(`"offset":"16777216"`, `"offset":"33554432"`), `segments.0.offset is "33554432", want "16777216"`, true},
 	{"integrity added", jsonEdit(`"sector_size":4096`, `"sector_size":4096, "integrity":{"type":"hmac(sha256)","journal_encryption":"none","journal_integrity":"none"}`), `segments.0 has unexpected "integrity"`, true},
-	{"token added", jsonEdit(`"tokens":{}`, `"tokens":{"0":{"type":"host-escrow","keyslots":["0"]}}`), `tokens has unexpected "0"`, true},
+	{"token added", jsonEdit(`"tokens":{}`, `"tokens":{"0":{"type":"host-escrow","keyslots":["0"]}}`), `tokens.0 is a token of type "host-escrow", want "latchkey-offline"`, true},
 	{"flags added", jsonEdit(`"json_size":"12288",`, `"json_size":"12288", "flags":["allow-discards"],`), `config has unexpected "flags"`, true},
 	{"kdf weakened", jsonEdit(`"iterations":1000,"salt"`, `"iterations":1,"salt"`), `keyslots.0.kdf.iterations is number 1, want number 1000`, false},
 	{"duplicate segments key", func(t *testing.T, dev string, _ []byte) {

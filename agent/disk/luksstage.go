@@ -82,7 +82,7 @@ func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
 	}
 	switch p.kind {
 	case kindOurs:
-		return Plan{UUID: p.uuid, Rejoin: true, KeyGeneration: planGeneration(p.hdr)}, nil
+		return Plan{UUID: p.uuid, Rejoin: true, KeyGeneration: planGeneration(p.hdr), Offline: offlineTokenOf(p.hdr.json)}, nil
 	case kindInterrupted:
 		if err := l.usable(d, true); err != nil {
 			return Plan{}, err

@@ -36,6 +36,7 @@ func checkShape(js []byte) error {
 		return fmt.Errorf("JSON metadata: %v", err)
 	}
 	want := expectedShape()
+	want["tokens"] = offlineTokenShape(tree) // offline_token.go
 	// Keys first, everywhere, then values: an added keyslot is reported
 	// as such rather than as the digest list that grew with it.
 	if err := compareTree("", want, tree, true); err != nil {

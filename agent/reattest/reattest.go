@@ -32,6 +32,10 @@ const DefaultInterval = 10 * time.Minute
 // MaxRoundTimeout bounds the default round timeout.
 const MaxRoundTimeout = 5 * time.Minute
 
+// OfflineRetry bounds the wait between rounds while the node has booted
+// offline and no verifier has attested it since.
+const OfflineRetry = 5 * time.Second
+
 // Jitter is the fraction of the interval each wait varies by.
 const Jitter = 0.10
 
@@ -72,6 +76,25 @@ type Config struct {
 	Rand  func() float64
 	// OnRound is told each round's result; optional.
 	OnRound func(round int, r Result, err error)
+	// Offline is the boot's offline-unlock state (boot.Boot); optional.
+	Offline Offline
+	// StopWhenAttested ends Run after the first round that attests (the
+	// re-attestation an offline boot owes with re-attestation off).
+	StopWhenAttested bool
+}
+
+// Offline is what a round reports of the node's offline grant and how it
+// hands back what the verifier said of it (boot.Boot implements it).
+type Offline interface {
+	// BootedOffline: the boot unlocked offline and no verifier has
+	// attested the node since; rounds then run back to back until one
+	// attests (each round's ticket client retries with backoff).
+	BootedOffline() bool
+	OfflineHello() *latchkeyv1.OfflineState
+	// OfflineTicket renews or withdraws the grant from a ticket;
+	// OfflineRefused withdraws it on a refusal that says so.
+	OfflineTicket(ctx context.Context, t *latchkeyv1.Ticket)
+	OfflineRefused(ctx context.Context, err error)
 }
 
 // Loop re-attests until its context ends.
@@ -114,6 +137,15 @@ func (l *Loop) Next() time.Duration {
 func (l *Loop) Run(ctx context.Context) error {
 	for round := 1; ; round++ {
 		wait := l.Next()
+		if l.cfg.Offline != nil && l.cfg.Offline.BootedOffline() {
+			// Re-attest the moment a verifier answers: the first round at
+			// once, later ones after a short pause (a round that ends at
+			// once, a failed TPM, must not spin).
+			wait = min(wait, OfflineRetry)
+			if round == 1 {
+				wait = 0
+			}
+		}
 		if err := l.cfg.Sleep(ctx, wait); err != nil {
 			return nil
 		}
@@ -125,6 +157,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		if l.cfg.OnRound != nil {
 			l.cfg.OnRound(round, r, err)
 		}
+		if r == Attested && l.cfg.StopWhenAttested {
+			return nil
+		}
 	}
 }
 
@@ -132,8 +167,19 @@ func (l *Loop) Run(ctx context.Context) error {
 func (l *Loop) Round(ctx context.Context) (Result, error) {
 	rctx, cancel := context.WithTimeout(ctx, l.cfg.RoundTimeout)
 	defer cancel()
-	_, err := l.cfg.Tickets.Get(rctx, ticket.Request{NodeName: l.cfg.NodeName, DiskUUID: l.cfg.DiskUUID,
-		Role: l.cfg.Role, Rejoin: true, Reattest: true, DiskKeyGeneration: l.cfg.DiskKeyGeneration})
+	req := ticket.Request{NodeName: l.cfg.NodeName, DiskUUID: l.cfg.DiskUUID,
+		Role: l.cfg.Role, Rejoin: true, Reattest: true, DiskKeyGeneration: l.cfg.DiskKeyGeneration}
+	if l.cfg.Offline != nil {
+		req.Offline = l.cfg.Offline.OfflineHello()
+	}
+	t, err := l.cfg.Tickets.Get(rctx, req)
+	if l.cfg.Offline != nil {
+		if err == nil {
+			l.cfg.Offline.OfflineTicket(ctx, t)
+		} else {
+			l.cfg.Offline.OfflineRefused(ctx, err)
+		}
+	}
 	return classify(err), err
 }
 

@@ -112,6 +112,7 @@ func (c *Client) exchange(ctx context.Context, stream latchkeyv1.JoinService_Joi
 		hello.Purpose = latchkeyv1.Purpose_PURPOSE_REATTEST
 	}
 	hello.DiskKeyGeneration = req.DiskKeyGeneration
+	hello.Offline = req.Offline
 	// The verifier's pin was checked during this session's handshake, so
 	// no evidence is made for an unauthenticated verifier.
 	binding, err := atls.PeerBinding(stream.Context(), hello)
@@ -188,7 +189,9 @@ func receiveTicket(ctx context.Context, stream latchkeyv1.JoinService_JoinClient
 				// A re-attestation asks for nothing: a ticket carrying a
 				// key or token means a verifier that does not honour the
 				// purpose; drop it rather than hold secrets nobody needs.
-				if !proto.Equal(msg.Ticket, &latchkeyv1.Ticket{}) {
+				// Only the offline grant's renewal or withdrawal may come
+				// with it (they carry no secret).
+				if !emptyButOffline(msg.Ticket) {
 					clear(msg.Ticket.GetDiskKey())
 					return nil, errors.New("the verifier answered a re-attestation with a non-empty ticket")
 				}
@@ -202,6 +205,16 @@ func receiveTicket(ctx context.Context, stream latchkeyv1.JoinService_JoinClient
 			return nil, fmt.Errorf("unexpected verifier message %T", m.GetMsg())
 		}
 	}
+}
+
+// emptyButOffline reports whether t carries nothing but its offline
+// fields (the copy's keys, if any, are cleared).
+func emptyButOffline(t *latchkeyv1.Ticket) bool {
+	c := proto.Clone(t).(*latchkeyv1.Ticket)
+	defer clear(c.GetDiskKey())
+	defer clear(c.GetPreviousDiskKey())
+	c.OfflineGrant, c.WithdrawOffline = nil, false
+	return proto.Equal(c, &latchkeyv1.Ticket{})
 }
 
 func answer(ctx context.Context, stream latchkeyv1.JoinService_JoinClient, att attest.Attestation, ch *latchkeyv1.Challenge) error {

@@ -26,6 +26,9 @@ type RefusedError struct {
 	// RetryAfter is the verifier's hint when it was at its admission
 	// limit (gRPC RESOURCE_EXHAUSTED): come back after about this long.
 	RetryAfter time.Duration
+	// WithdrawOffline: the verifier withdrew the node's offline grant
+	// (Refusal.withdraw_offline); the node erases it.
+	WithdrawOffline bool
 }
 
 func (e *RefusedError) Error() string {
@@ -51,7 +54,8 @@ func fromStatus(err error) error {
 	}
 	for _, d := range st.Details() {
 		if r, ok := d.(*latchkeyv1.Refusal); ok {
-			return &RefusedError{Code: st.Code(), Reason: r.GetReason(), Detail: r.GetDetail(), RetryAfter: retryAfter(st.Code(), r)}
+			return &RefusedError{Code: st.Code(), Reason: r.GetReason(), Detail: r.GetDetail(), RetryAfter: retryAfter(st.Code(), r),
+				WithdrawOffline: r.GetWithdrawOffline()}
 		}
 	}
 	return err

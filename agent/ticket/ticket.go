@@ -40,6 +40,9 @@ type Request struct {
 	// DiskKeyGeneration is the master-secret generation the disk's
 	// validated header names (nil on a first boot: no header yet).
 	DiskKeyGeneration *uint32
+	// Offline is what the node holds of an offline grant (Hello.offline);
+	// nil when it never held one.
+	Offline *latchkeyv1.OfflineState
 }
 
 // Config configures a Client. The zero value of every option is the
@@ -112,6 +115,21 @@ func New(cfg Config) (*Client, error) {
 // the documented default (docs/configuration.md, `timeout`) are one value.
 const DefaultTimeout = 10 * time.Minute
 
+// DefaultAttemptTimeout bounds one attempt on one endpoint.
+const DefaultAttemptTimeout = 30 * time.Second
+
+// offlineGrace is what DefaultOfflineAfter adds to a full round: the
+// backoff between the round's attempts.
+const offlineGrace = 5 * time.Second
+
+// DefaultOfflineAfter is how long a boot holding an offline grant tries n
+// verifier endpoints before it unlocks offline (offline.after when
+// unset): one full round, every endpoint given its whole attempt, plus a
+// few seconds. agent/config fills the configuration's default from it.
+func DefaultOfflineAfter(n int) time.Duration {
+	return time.Duration(max(n, 1))*DefaultAttemptTimeout + offlineGrace
+}
+
 func fillDefaults(cfg *Config) {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -119,7 +137,7 @@ func fillDefaults(cfg *Config) {
 		}
 	}
 	def(&cfg.Timeout, DefaultTimeout)
-	def(&cfg.AttemptTimeout, 30*time.Second)
+	def(&cfg.AttemptTimeout, DefaultAttemptTimeout)
 	def(&cfg.InitialBackoff, time.Second)
 	def(&cfg.MaxBackoff, 30*time.Second)
 	def(&cfg.RefusalBackoff, 60*time.Second)
@@ -138,7 +156,20 @@ func fillDefaults(cfg *Config) {
 // final failure wraps the last attempt's error: a *RefusedError when the
 // verifier refused, ErrUnreachable otherwise.
 func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, error) {
-	ctx, cancel := context.WithTimeout(parent, c.cfg.Timeout)
+	return c.get(parent, req, c.cfg.Timeout, false)
+}
+
+// GetWithin is Get bounded by window instead of the total timeout, and
+// ended by the first refusal a verifier decided (a *RefusedError, not
+// transient): the boot's question before it unlocks offline is "did any
+// verifier answer?", and a refusal is an answer that must never fall
+// back to offline unlock. ErrUnreachable when none answered in time.
+func (c *Client) GetWithin(parent context.Context, req Request, window time.Duration) (*latchkeyv1.Ticket, error) {
+	return c.get(parent, req, window, true)
+}
+
+func (c *Client) get(parent context.Context, req Request, timeout time.Duration, endOnRefusal bool) (*latchkeyv1.Ticket, error) {
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	var last error
 	start := c.cfg.Start(len(c.cfg.Endpoints))
@@ -166,7 +197,7 @@ func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, e
 			c.cfg.Logger.Info("verifier asked to retry later, retrying after its hint", logkey.Endpoint, ep, logkey.Attempt, n+1,
 				logkey.RetryIn, wait.Round(time.Millisecond).String())
 			if ctx.Err() != nil || c.cfg.Sleep(ctx, wait) != nil {
-				return nil, c.stopped(parent, last)
+				return nil, c.stopped(parent, last, timeout)
 			}
 			continue
 		}
@@ -177,6 +208,9 @@ func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, e
 		}
 		if c.cfg.OnAttemptFailed != nil {
 			c.cfg.OnAttemptFailed(err)
+		}
+		if endOnRefusal && decided(err) {
+			return nil, err
 		}
 		if errors.Is(err, attest.ErrDevice) {
 			// The TPM (or SNP device) failed: no verifier can fix that,
@@ -198,18 +232,24 @@ func (c *Client) Get(parent context.Context, req Request) (*latchkeyv1.Ticket, e
 		c.cfg.Logger.Warn("join attempt failed", logkey.Endpoint, ep, logkey.Attempt, n+1,
 			logkey.Reason, reasonString(err), logkey.Error, err.Error(), logkey.RetryIn, wait.Round(time.Millisecond).String())
 		if ctx.Err() != nil || c.cfg.Sleep(ctx, wait) != nil {
-			return nil, c.stopped(parent, last)
+			return nil, c.stopped(parent, last, timeout)
 		}
 	}
 }
 
 // stopped is the error of a Get whose wait was cut short.
-func (c *Client) stopped(parent context.Context, last error) error {
+func (c *Client) stopped(parent context.Context, last error, timeout time.Duration) error {
 	if parent.Err() != nil {
 		// Stopped (SIGTERM), not timed out: say so.
 		return fmt.Errorf("%w before a ticket arrived (last attempt: %v)", ErrStopped, last)
 	}
-	return giveUp(last, c.cfg.Timeout)
+	return giveUp(last, timeout)
+}
+
+// decided reports whether err is a refusal a verifier decided.
+func decided(err error) bool {
+	var r *RefusedError
+	return errors.As(err, &r) && !r.Transient()
 }
 
 // backoff is full jitter over an exponential ceiling for transient

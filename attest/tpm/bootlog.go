@@ -397,6 +397,7 @@ func (b *Boot) interpretKernel(recs []record, suffix string) error {
 		words = append(words, strings.Split(suffix, ":")...)
 	}
 	b.Phase, b.PhaseKnown = strings.Join(words, ":"), true
+	b.PCR11AtJoin, b.PCR11AtJoinKnown = joinPoint(recs, i, suffix)
 	return nil
 }
 

@@ -62,6 +62,11 @@ type Boot struct {
 	// first one. PhaseKnown is false when PCR 11 is not in the logs.
 	Phase      string
 	PhaseKnown bool
+	// PCR11AtJoin is PCR 11 right after its first JoinPhaseWord
+	// measurement, replayed from the logs (sealfacts.go); known only when
+	// the replay passed that word.
+	PCR11AtJoin      [sha256.Size]byte
+	PCR11AtJoinKnown bool
 	// Unexplained are the measurements in PCR 11 and 12 that are neither
 	// content-verified nor of a kind interpreted above, in PCR and
 	// measurement order.

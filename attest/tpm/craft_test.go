@@ -80,6 +80,7 @@ func (c *crafted) evidence(t testing.TB, binding []byte) []byte {
 type craftOpts struct {
 	pcrs        map[int][32]byte
 	fw, sd, sig []byte
+	clock       tpm2.TPMSClockInfo
 }
 
 // evidenceWith builds a quote of o.pcrs carrying binding, signed by the
@@ -101,6 +102,7 @@ func (c *crafted) evidenceWith(t testing.TB, binding []byte, o craftOpts) []byte
 		Magic:     tpm2.TPMGeneratedValue,
 		Type:      tpm2.TPMSTAttestQuote,
 		ExtraData: tpm2.TPM2BData{Buffer: binding},
+		ClockInfo: o.clock,
 		Attested: tpm2.NewTPMUAttest(tpm2.TPMSTAttestQuote, &tpm2.TPMSQuoteInfo{
 			PCRSelect: tpm2.TPMLPCRSelection{PCRSelections: []tpm2.TPMSPCRSelection{
 				{Hash: tpm2.TPMAlgSHA256, PCRSelect: sel},

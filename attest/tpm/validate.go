@@ -55,6 +55,8 @@ type State struct {
 	// agent sent. They are claims, covered by the evidence digest, that
 	// only the policy step can check: it holds the keys.
 	PCR11Signatures []PCR11Signature
+	// Clock is the quote's TPMS_CLOCK_INFO (sealfacts.go).
+	Clock Clock
 }
 
 var _ attest.State = (*State)(nil)
@@ -177,6 +179,7 @@ func (v *Validator) Verify(ctx context.Context, evidenceBytes, binding []byte, r
 	}
 	state.PCRs = verifiedPCRs(ev.pcrs)
 	state.PCR11Signatures = ev.pcrSig
+	state.Clock = clockOf(ev.quote)
 	return &attest.Verified{
 		Variant:        latchkeyv1.Variant_VARIANT_TPM,
 		EvidenceDigest: attest.EvidenceDigest(evidenceBytes),

@@ -83,6 +83,11 @@ const (
 	AnnotationShadowDecision = "latchkey.io/shadow-decision"
 	// AnnotationShadowReason is the candidate policy's refusal reason.
 	AnnotationShadowReason = "latchkey.io/shadow-reason"
+	// AnnotationBootedOfflineAt (RFC 3339 with nanoseconds, UTC) is when
+	// an attested node last reported that it unlocked its disk offline
+	// (docs/offline-unlock.md); the node is tainted offline until a
+	// re-attestation after it succeeds.
+	AnnotationBootedOfflineAt = "latchkey.io/booted-offline-at"
 )
 
 // Bootstrap token Secrets (verifier/token).
@@ -98,7 +103,7 @@ const (
 // Nodes (verifier/reattest).
 const (
 	// TaintUnattested is the taint the re-attestation controller keeps on
-	// every Node that is not currently attested (value "refused" or
-	// "stale").
+	// every Node that is not currently attested (value "refused",
+	// "offline" or "stale").
 	TaintUnattested = "latchkey.io/unattested"
 )

@@ -241,3 +241,29 @@ const (
 	// last line about them (a rate-limited warning).
 	Suppressed = "suppressed"
 )
+
+// Offline unlock (docs/offline-unlock.md): the verifier's grants and the
+// agent's offline boots.
+const (
+	// OfflineMaxBoots is a grant's boot bound (offlineUnlock.maxBoots).
+	OfflineMaxBoots = "offline_max_boots"
+	// OfflineMaxHours is a grant's time bound (offlineUnlock.maxHours).
+	OfflineMaxHours = "offline_max_hours"
+	// OfflineBoot is an offline boot's number since the attestation that
+	// granted it (1 = the first), as the agent counts it and reports it.
+	OfflineBoot = "offline_boot"
+	// SealedPCRs are the PCR indices a grant is sealed to ("0,1,2,…").
+	SealedPCRs = "sealed_pcrs"
+	// TPMResetCount is the quote's TPM reset count a grant counts boots
+	// from.
+	TPMResetCount = "tpm_reset_count"
+	// TPMClockMS is the quote's TPM clock (ms) a grant counts hours from.
+	TPMClockMS = "tpm_clock_ms"
+	// OfflineHeld is whether the state disk now holds an offline token.
+	OfflineHeld = "offline_held"
+	// OfflineHoursLeft is the TPM time left before the grant expires.
+	OfflineHoursLeft = "offline_hours_left"
+	// OfflineAfter is how long the agent tries the verifiers before it
+	// unlocks offline.
+	OfflineAfter = "offline_after"
+)

@@ -189,7 +189,7 @@ func (v *Verifier) buildServer() error {
 		Bindings: v.bindings, AdoptUnbound: v.cfg.Identity.AdoptUnbound,
 		Logger: v.deps.Logger, JoinTimeout: v.cfg.JoinTimeout.Duration, Metrics: v.metrics, Revoker: v.revoker,
 		MaxInFlight: v.cfg.Limits.MaxJoinsInFlight, ChallengeTimeout: v.cfg.Limits.ChallengeTimeout.Duration,
-		PolicyNext: v.policyNext()})
+		PolicyNext: v.policyNext(), Grants: v.grantSigner()})
 	if err != nil {
 		return err
 	}

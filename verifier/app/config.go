@@ -126,6 +126,11 @@ type Reattest struct {
 	// NoExecute (evicts pods that do not tolerate it) or none
 	// (report-only: metrics and log lines).
 	Effect string `json:"effect,omitempty"`
+	// OfflineEffect of the latchkey.io/unattested=offline taint a node
+	// carries after it unlocked its disk offline, until a re-attestation
+	// succeeds (docs/offline-unlock.md): NoSchedule (default), NoExecute
+	// or none (report-only).
+	OfflineEffect string `json:"offlineEffect,omitempty"`
 	// Resync is how often the leading replica checks every node (default
 	// 30s).
 	Resync Duration `json:"resync,omitempty"`

@@ -22,10 +22,13 @@ func (c *Config) validateReattest() error {
 	if d := r.Resync.Duration; d != 0 && d < 100*time.Millisecond {
 		return fmt.Errorf("reattest.resync %s is below 100ms", d)
 	}
-	switch r.Effect {
-	case "", reattest.EffectNoSchedule, reattest.EffectNoExecute, reattest.EffectNone:
-	default:
-		return fmt.Errorf("reattest.effect %q: want NoSchedule, NoExecute or none", r.Effect)
+	for _, kv := range [][2]string{{"effect", r.Effect}, {"offlineEffect", r.OfflineEffect}} {
+		key, e := kv[0], kv[1]
+		switch e {
+		case "", reattest.EffectNoSchedule, reattest.EffectNoExecute, reattest.EffectNone:
+		default:
+			return fmt.Errorf("reattest.%s %q: want NoSchedule, NoExecute or none", key, e)
+		}
 	}
 	return nil
 }
@@ -36,7 +39,8 @@ func (v *Verifier) runReattest(ctx context.Context, leases *binding.Leases) {
 	host, _ := os.Hostname()
 	c, err := reattest.New(reattest.Config{Client: v.kube, Statuses: leases,
 		Namespace: v.cfg.Kubernetes.BindingNamespace, Identity: fmt.Sprintf("%s_%d_%08x", host, os.Getpid(), rand.Uint32()),
-		Deadline: v.cfg.Reattest.Deadline.Duration, Effect: v.cfg.Reattest.Effect, Resync: v.cfg.Reattest.Resync.Duration,
+		Deadline: v.cfg.Reattest.Deadline.Duration, Effect: v.cfg.Reattest.Effect,
+		OfflineEffect: v.cfg.Reattest.OfflineEffect, Resync: v.cfg.Reattest.Resync.Duration,
 		Metrics: v.metrics, Logger: v.deps.Logger})
 	if err != nil {
 		v.deps.Logger.Error("re-attestation controller not started", logkey.Error, err.Error())

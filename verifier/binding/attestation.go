@@ -53,6 +53,9 @@ type NodeStatus struct {
 	Renewed time.Time
 	// Last is the latest re-attestation (nil before the first).
 	Last *Attestation
+	// BootedOffline is when the node last reported an offline unlock
+	// (offline.go); zero when it never did.
+	BootedOffline time.Time
 }
 
 // AttestationRecorder records re-attestation results; Leases implements
@@ -163,6 +166,9 @@ func nodeStatus(lease *coordinationv1.Lease) (NodeStatus, error) {
 			return NodeStatus{}, fmt.Errorf("binding: lease %s/%s: %w", lease.Namespace, lease.Name, err)
 		}
 		st.Last = &a
+	}
+	if err := readBootedOffline(lease, &st); err != nil {
+		return NodeStatus{}, err
 	}
 	return st, nil
 }

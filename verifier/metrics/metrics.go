@@ -68,6 +68,8 @@ type Metrics struct {
 	reattest *prometheus.GaugeVec
 	// shadow counts the candidate policy's decisions (shadow.go).
 	shadow *prometheus.CounterVec
+	// offline counts offline grant events (offline.go).
+	offline *prometheus.CounterVec
 	// gens are the master-secret generation gauges (generations.go).
 	gens *generationMetrics
 	// store is the binding store's request metrics (store.go).
@@ -119,7 +121,8 @@ func New() *Metrics {
 	}
 	m.reattest = newReattestNodes()
 	m.shadow = newShadowDecisions()
-	m.reg.MustRegister(m.reattest, m.shadow)
+	m.offline = newOfflineGrants()
+	m.reg.MustRegister(m.reattest, m.shadow, m.offline)
 	m.reg.MustRegister(m.joins, m.validation, m.minted, m.revoked, m.reloads, m.policy, m.secret, m.connsOver,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

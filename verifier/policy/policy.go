@@ -12,6 +12,7 @@
 //	  boot:                      # the component policy (tpm.BootPolicy)
 //	    ukis: ["sha256:<authenticode hex>"]
 //	    pcr11Signers: ["-----BEGIN PUBLIC KEY-----..."]
+//	  offlineUnlock: {maxBoots: 3, maxHours: 72}   # off when absent (offline.go)
 //	snp:
 //	  measurements: ["<hex>", ...]
 //	  ...
@@ -60,6 +61,8 @@ type TPMSection struct {
 	tpm.Policy
 	// AllowControlPlane lets TPM evidence join as control plane.
 	AllowControlPlane bool `json:"allowControlPlane,omitempty"`
+	// OfflineUnlock allows offline grants (offline.go); nil is off.
+	OfflineUnlock *OfflineUnlock `json:"offlineUnlock,omitempty"`
 }
 
 // SNPSection enables SEV-SNP evidence with these reference values.
@@ -67,6 +70,9 @@ type SNPSection struct {
 	snp.Policy
 	// AllowControlPlane lets SNP evidence join as control plane.
 	AllowControlPlane bool `json:"allowControlPlane,omitempty"`
+	// OfflineUnlock is parsed only to be refused with the reason
+	// (errSNPOffline) instead of as an unknown field.
+	OfflineUnlock *OfflineUnlock `json:"offlineUnlock,omitempty"`
 }
 
 // Snapshot is a compiled policy: what one join is checked against.
@@ -77,6 +83,9 @@ type Snapshot struct {
 	ControlPlane map[latchkeyv1.Variant]bool
 	// Deny is the compiled deny list; nil denies nothing.
 	Deny *DenyList
+	// Offline holds the offlineUnlock bounds of each variant that allows
+	// offline unlock (offline.go); a variant absent from it allows none.
+	Offline map[latchkeyv1.Variant]OfflineUnlock
 }
 
 // Source returns the snapshot in force.
@@ -117,6 +126,9 @@ func Compile(p *Policy, digest string, deps Deps) (*Snapshot, error) {
 	var err error
 	if s.Deny, err = compileDeny(p.Deny); err != nil {
 		return nil, err // already names the deny key
+	}
+	if err := compileOffline(p, s); err != nil {
+		return nil, err // already names the offlineUnlock key
 	}
 	if p.TPM != nil {
 		v, err := tpm.NewValidator(p.TPM.Policy)

@@ -5,6 +5,8 @@
 // latchkey.io/unattested on every Node that is not currently attested:
 //
 //   - refused: the latest re-attestation was refused by the policy;
+//   - offline: the node reported that it unlocked its disk offline
+//     (docs/offline-unlock.md) and no re-attestation has succeeded since;
 //   - stale: the Lease was last renewed (a re-attestation, or the join
 //     that minted the node's token) longer than Deadline ago: the node went
 //     silent, or its re-attestations never reached a verifier;
@@ -61,6 +63,7 @@ type State string
 const (
 	Attested State = "attested"
 	Refused  State = "refused"
+	Offline  State = "offline"
 	Stale    State = "stale"
 )
 
@@ -71,7 +74,7 @@ type Statuses interface {
 
 // Metrics is told the count of nodes in each state after each pass.
 type Metrics interface {
-	ReattestNodes(attested, stale, refused int)
+	ReattestNodes(attested, stale, refused, offline int)
 }
 
 // Config configures a Controller.
@@ -90,6 +93,9 @@ type Config struct {
 	Deadline time.Duration
 	// Effect of the taint (EffectNoSchedule when empty).
 	Effect string
+	// OfflineEffect is the effect of the offline taint
+	// (EffectNoSchedule when empty).
+	OfflineEffect string
 	// Resync is how often the leader checks every node (DefaultResync).
 	Resync time.Duration
 	// LeaseDuration, RenewDeadline and RetryPeriod of the election
@@ -108,12 +114,14 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Client == nil || cfg.Statuses == nil || cfg.Identity == "" {
 		return nil, errors.New("reattest: client, statuses and identity are required")
 	}
-	switch cfg.Effect {
-	case "":
-		cfg.Effect = EffectNoSchedule
-	case EffectNoSchedule, EffectNoExecute, EffectNone:
-	default:
-		return nil, fmt.Errorf("reattest: effect %q is not NoSchedule, NoExecute or none", cfg.Effect)
+	for _, e := range []*string{&cfg.Effect, &cfg.OfflineEffect} {
+		switch *e {
+		case "":
+			*e = EffectNoSchedule
+		case EffectNoSchedule, EffectNoExecute, EffectNone:
+		default:
+			return nil, fmt.Errorf("reattest: effect %q is not NoSchedule, NoExecute or none", *e)
+		}
 	}
 	if cfg.Deadline < 0 || cfg.Resync < 0 {
 		return nil, errors.New("reattest: negative deadline or resync")
@@ -194,10 +202,31 @@ func Decide(st binding.NodeStatus, now time.Time, deadline time.Duration) (State
 	if st.Last != nil && st.Last.Decision == binding.DecisionRefused && !st.Last.Time.Before(st.Renewed) {
 		return Refused, st.Last.Reason
 	}
+	if offlineSinceAttested(st) {
+		return Offline, "BOOTED_OFFLINE"
+	}
 	if st.Renewed.IsZero() || now.Sub(st.Renewed) > deadline {
 		return Stale, "DEADLINE_EXCEEDED"
 	}
 	return Attested, "NONE"
+}
+
+// offlineSinceAttested: the node reported an offline unlock and no
+// re-attestation after it was accepted (a join does not clear it: only a
+// re-attestation proves what the node runs after that boot).
+func offlineSinceAttested(st binding.NodeStatus) bool {
+	if st.BootedOffline.IsZero() {
+		return false
+	}
+	return st.Last == nil || st.Last.Decision != binding.DecisionAttested || st.Last.Time.Before(st.BootedOffline)
+}
+
+// effect is the taint effect for a node in state.
+func (c *Controller) effect(state State) string {
+	if state == Offline {
+		return c.cfg.OfflineEffect
+	}
+	return c.cfg.Effect
 }
 
 // Pass checks every node once: reads every node record, decides, and
@@ -218,7 +247,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		nodes[nl.Items[i].Name] = &nl.Items[i]
 	}
 	now := c.cfg.Now()
-	var counts [3]int
+	var counts [4]int
 	var errs []error
 	for _, st := range sts {
 		state, reason := Decide(st, now, c.cfg.Deadline)
@@ -229,12 +258,15 @@ func (c *Controller) Pass(ctx context.Context) error {
 			counts[1]++
 		case Refused:
 			counts[2]++
+		case Offline:
+			counts[3]++
 		}
-		if c.cfg.Effect == EffectNone {
-			if state != Attested {
-				c.cfg.Logger.Warn("node unattested (report-only)", logkey.Node, st.Node, logkey.State, string(state), logkey.Reason, reason)
-			}
+		if state != Attested && c.effect(state) == EffectNone {
+			c.cfg.Logger.Warn("node unattested (report-only)", logkey.Node, st.Node, logkey.State, string(state), logkey.Reason, reason)
 			continue
+		}
+		if state == Attested && c.cfg.Effect == EffectNone && c.cfg.OfflineEffect == EffectNone {
+			continue // report-only throughout: this controller never taints
 		}
 		n, ok := nodes[st.Node]
 		if !ok {
@@ -245,7 +277,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		}
 	}
 	if c.cfg.Metrics != nil {
-		c.cfg.Metrics.ReattestNodes(counts[0], counts[1], counts[2])
+		c.cfg.Metrics.ReattestNodes(counts[0], counts[1], counts[2], counts[3])
 	}
 	return errors.Join(append(errs, listErr)...)
 }
@@ -262,7 +294,7 @@ func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, state State,
 	for _, t := range n.Spec.Taints {
 		if t.Key == kubekey.TaintUnattested {
 			has = true
-			if want && string(t.Effect) == c.cfg.Effect && t.Value == string(state) {
+			if want && string(t.Effect) == c.effect(state) && t.Value == string(state) {
 				return nil
 			}
 			continue
@@ -274,7 +306,7 @@ func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, state State,
 	}
 	if want {
 		now := metav1.NewTime(c.cfg.Now())
-		taints = append(taints, corev1.Taint{Key: kubekey.TaintUnattested, Value: string(state), Effect: corev1.TaintEffect(c.cfg.Effect), TimeAdded: &now})
+		taints = append(taints, corev1.Taint{Key: kubekey.TaintUnattested, Value: string(state), Effect: corev1.TaintEffect(c.effect(state)), TimeAdded: &now})
 	}
 	if taints == nil {
 		taints = []corev1.Taint{}
@@ -293,7 +325,7 @@ func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, state State,
 		return fmt.Errorf("patch node %s taints: %w", node, err)
 	}
 	if want {
-		c.cfg.Logger.Warn("node tainted unattested", logkey.Node, node, logkey.State, string(state), logkey.Reason, reason, logkey.Effect, c.cfg.Effect)
+		c.cfg.Logger.Warn("node tainted unattested", logkey.Node, node, logkey.State, string(state), logkey.Reason, reason, logkey.Effect, c.effect(state))
 	} else {
 		c.cfg.Logger.Info("node attested again; taint removed", logkey.Node, node)
 	}

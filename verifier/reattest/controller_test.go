@@ -43,9 +43,9 @@ type statuses []binding.NodeStatus
 
 func (s statuses) NodeStatuses(context.Context) ([]binding.NodeStatus, error) { return s, nil }
 
-type counts struct{ a, s, r int }
+type counts struct{ a, s, r, o int }
 
-func (c *counts) ReattestNodes(a, s, r int) { *c = counts{a, s, r} }
+func (c *counts) ReattestNodes(a, s, r, o int) { *c = counts{a, s, r, o} }
 
 func taintOf(t *testing.T, c *fake.Clientset, node string) *corev1.Taint {
 	t.Helper()
@@ -92,7 +92,7 @@ func TestPassTaintsAndUntaintsKeepingOtherTaints(t *testing.T) {
 	if tt := taintOf(t, c, "silent"); tt == nil || tt.Value != "stale" {
 		t.Fatalf("silent node: taint %+v", tt)
 	}
-	if *m != (counts{1, 2, 1}) {
+	if *m != (counts{1, 2, 1, 0}) {
 		t.Fatalf("metrics %+v, want 1 attested, 2 stale, 1 refused", *m)
 	}
 	// "bad" attests again: its taint goes, the other taint stays.
@@ -115,7 +115,7 @@ func TestReportOnlyTaintsNothing(t *testing.T) {
 	if err := ctl.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if tt := taintOf(t, c, "silent"); tt != nil || *m != (counts{0, 1, 0}) {
+	if tt := taintOf(t, c, "silent"); tt != nil || *m != (counts{0, 1, 0, 0}) {
 		t.Fatalf("report-only: taint %+v metrics %+v", tt, *m)
 	}
 }

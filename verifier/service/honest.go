@@ -103,6 +103,7 @@ func (s *Service) record(ctx context.Context, snap *policy.Snapshot, out *outcom
 		return
 	}
 	s.audit(ctx, snap, out, err)
+	s.noteOffline(ctx, out, err) // offline.go
 }
 
 func errString(err error) string {

@@ -10,6 +10,7 @@ import (
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 	"github.com/latchkey/latchkey/verifier/binding"
 	"github.com/latchkey/latchkey/verifier/metrics"
+	"github.com/latchkey/latchkey/verifier/policy"
 	"github.com/latchkey/latchkey/verifier/token"
 )
 
@@ -18,7 +19,7 @@ var errNotAcked = errors.New("ticket not acknowledged")
 
 // issue derives the disk key, mints a token when one is due, and hands the
 // ticket over. It owns the minted token until the agent acknowledges.
-func (s *Service) issue(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, hello *latchkeyv1.Hello, out *outcome) error {
+func (s *Service) issue(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, snap *policy.Snapshot, hello *latchkeyv1.Hello, out *outcome) error {
 	keys, err := s.diskKeys(hello) // generation.go
 	if err != nil {
 		return fmt.Errorf("derive disk key: %w", err)
@@ -33,7 +34,8 @@ func (s *Service) issue(ctx context.Context, stream latchkeyv1.JoinService_JoinS
 	}
 	ticket := buildTicket(keys.key, grant)
 	keys.fill(ticket)
-	out.releaseSlot() // the verifier's work is done; the ack is the agent's
+	s.offlineTicket(ctx, snap, hello, out.verified, true, ticket) // offline.go
+	out.releaseSlot()                                             // the verifier's work is done; the ack is the agent's
 	err = s.handover(ctx, stream, ticket)
 	if err != nil && grant != nil {
 		s.revoke(ctx, grant.ID, err)

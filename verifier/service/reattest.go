@@ -14,9 +14,11 @@ import (
 // reattest runs a re-attestation (Hello.purpose = PURPOSE_REATTEST): a
 // node that has joined proves again what it runs. The rules:
 //
-//   - It never releases a key or a token: the ticket it ends with is empty
-//     (no disk key derived, nothing minted), so a re-attestation can gain
-//     a caller nothing a join would not.
+//   - It never releases a key or a token: the ticket it ends with carries
+//     no disk key and no token (nothing derived, nothing minted), only the
+//     renewal or withdrawal of an offline grant (offline.go), which opens
+//     nothing without the sealed copy on the node's own TPM; so a
+//     re-attestation can gain a caller nothing a join would not.
 //   - It never claims a name: the node (or, in disk-only mode, the disk)
 //     must be bound to the attested machine already, else
 //     IDENTITY_MISMATCH.
@@ -57,6 +59,7 @@ func (s *Service) reattest(ctx context.Context, stream latchkeyv1.JoinService_Jo
 	if err := s.checkBound(ctx, hello, v, out); err != nil {
 		return err
 	}
+	out.bound = true
 	decision := s.reattestDecision(ctx, snap, hello, val, v, out)
 	if err := s.recordAttestation(ctx, hello, v, decision, out); err != nil {
 		if decision != nil {
@@ -68,8 +71,11 @@ func (s *Service) reattest(ctx context.Context, stream latchkeyv1.JoinService_Jo
 		return decision
 	}
 	s.reattestGeneration(ctx, hello, v) // generation.go
-	// The empty ticket: no disk key, no token.
-	return s.handover(ctx, stream, &latchkeyv1.Ticket{})
+	// No disk key, no token: at most the offline grant's renewal or
+	// withdrawal, which release nothing by themselves (offline.go).
+	t := &latchkeyv1.Ticket{}
+	s.offlineTicket(ctx, snap, hello, v, false, t)
+	return s.handover(ctx, stream, t)
 }
 
 // reattestDecision is the verdict on authenticated, bound evidence: every

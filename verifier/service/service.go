@@ -92,6 +92,9 @@ type Config struct {
 	// the enforced one for the audit line and a metric only (shadow.go);
 	// nil evaluates none.
 	PolicyNext policy.Source
+	// Grants signs offline grants (offline.go); nil issues none, even
+	// where the policy allows offline unlock.
+	Grants GrantSigner
 }
 
 // Service implements latchkeyv1.JoinServiceServer.
@@ -160,6 +163,9 @@ type outcome struct {
 	// generationRecorded: the disk's claim recorded its key generation
 	// (generation.go).
 	generationRecorded bool
+	// bound: the node and disk are bound to the verified machine (the
+	// join's bind or the re-attestation's checkBound passed).
+	bound bool
 }
 
 // Join runs one join attempt on the stream.
@@ -217,7 +223,8 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 	if err := s.bind(ctx, hello, v, out); err != nil {
 		return err
 	}
-	return s.issue(ctx, stream, hello, out)
+	out.bound = true
+	return s.issue(ctx, stream, snap, hello, out)
 }
 
 // validate binds the Hello to this TLS session and runs the variant's

@@ -105,6 +105,11 @@ type envOpt struct {
 	validator *attesttest.Validator
 	// next, when set, is the candidate policy (Config.PolicyNext).
 	next *policy.Snapshot
+	// val, when set, replaces every other validator (offline_test.go).
+	val attest.Validator
+	// grants is Config.Grants; offline the TPM variant's offlineUnlock.
+	grants  service.GrantSigner
+	offline *policy.OfflineUnlock
 }
 
 // swapPolicy is a policy source a test changes while the verifier runs.
@@ -153,6 +158,12 @@ func startVerifier(t *testing.T, o envOpt) *env {
 		Validators:   map[latchkeyv1.Variant]attest.Validator{latchkeyv1.Variant_VARIANT_TPM: val},
 		ControlPlane: map[latchkeyv1.Variant]bool{latchkeyv1.Variant_VARIANT_TPM: o.controlPlane},
 	}
+	if o.val != nil {
+		snap.Validators[latchkeyv1.Variant_VARIANT_TPM] = o.val
+	}
+	if o.offline != nil {
+		snap.Offline = map[latchkeyv1.Variant]policy.OfflineUnlock{latchkeyv1.Variant_VARIANT_TPM: *o.offline}
+	}
 	logs := &logtest.Buffer{}
 	var store binding.Store
 	store, err = binding.NewDir(binding.DirConfig{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
@@ -172,7 +183,7 @@ func startVerifier(t *testing.T, o envOpt) *env {
 	}
 	cfg := service.Config{Policy: src, Keys: d, Bindings: store,
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), AckTimeout: o.ackTimeout,
-		MaxInFlight: o.maxInFlight, Metrics: o.metrics, ChallengeTimeout: o.challengeTimeout}
+		MaxInFlight: o.maxInFlight, Metrics: o.metrics, ChallengeTimeout: o.challengeTimeout, Grants: o.grants}
 	if o.minter != nil {
 		cfg.Minter = o.minter
 	}

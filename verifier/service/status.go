@@ -57,7 +57,7 @@ func toStatus(err error) error {
 	} else if reason == latchkeyv1.Reason_UNAVAILABLE {
 		detail = "join did not complete"
 	}
-	refusal := &latchkeyv1.Refusal{Reason: reason, Detail: detail}
+	refusal := &latchkeyv1.Refusal{Reason: reason, Detail: detail, WithdrawOffline: withdrawsOffline(reason)}
 	if reason == latchkeyv1.Reason_UNAVAILABLE {
 		refusal.RetryAfterMs = retryHint(err)
 	}

@@ -179,17 +179,29 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 		_ = notify.Status("failed: " + err.Error())
 		return code
 	}
-	_ = notify.ReadyStatus("node ready")
-	state.Ready()
+	line := readyLine(a)
+	_ = notify.ReadyStatus(line)
+	state.ReadyLine(line)
 	log.Info("boot complete", logkey.Node, cfg.NodeName)
-	return keepAttesting(ctx, a, plan, notify, log)
+	return keepAttesting(ctx, a, plan, notify, state, log)
+}
+
+// readyLine is the status line of a booted node: an offline boot says so,
+// with how much of its grant is left, until a verifier attests it.
+func readyLine(a *app.Agent) string {
+	if st, ok := a.Boot.OfflineStatus(); ok {
+		return "node ready; " + bootpkg.OfflineLine(st)
+	}
+	return "node ready"
 }
 
 // keepAttesting runs the re-attestation loop until SIGTERM; a loop that
 // cannot be built is logged and the agent exits 0 (the boot succeeded).
-func keepAttesting(ctx context.Context, a *app.Agent, plan disk.Plan, notify *sdnotify.Notifier, log *slog.Logger) int {
+func keepAttesting(ctx context.Context, a *app.Agent, plan disk.Plan, notify *sdnotify.Notifier, state *app.State, log *slog.Logger) int {
 	loop, err := a.Reattest(plan, func(n int, r reattest.Result, _ error) {
-		_ = notify.Status(fmt.Sprintf("node ready; re-attestation %d: %s", n, r))
+		line := readyLine(a)
+		state.ReadyLine(line) // an offline boot's line ends with its first re-attestation
+		_ = notify.Status(fmt.Sprintf("%s; re-attestation %d: %s", line, n, r))
 	})
 	if err != nil || loop == nil {
 		if err != nil {

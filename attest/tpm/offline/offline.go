@@ -4,25 +4,27 @@
 // The verifier side (Authorizer) signs a grant: the TPM policy digest of
 // PolicyPCR(the accepted PCR values), PolicyCounterTimer(resetCount <=
 // reset_count + max_boots) and PolicyCounterTimer(clock <= clock_ms +
-// max_hours h), taken from the verified quote. It needs no TPM.
+// max_hours h), taken from the verified quote. It needs no TPM. The grant
+// key is an ECDSA P-256 key the verifier derives from the master secret of
+// its current generation with DeriveGrantKey (HKDF-SHA256, label
+// "latchkey offline grant key v1"), so rotating the secret changes the key
+// and no grant signed before the rotation opens a key sealed after it.
 //
 // The agent side seals the disk key once under the TPM's storage root key
-// with the policy PolicyAuthorize(grant key, policy ref) then PolicyNV(the
-// node's grant counter == its value at sealing). Any later grant signed by
-// the same key for the same machine renews it without a new seal;
+// (the TCG ECC P-256 SRK template, recreated at every use) with the policy
+// PolicyAuthorize(grant key, policy ref) then PolicyNV(the node's grant
+// counter == its value at sealing). The grant counter is the NV counter
+// index GrantCounterIndex in the owner hierarchy. Any later grant signed
+// by the same key for the same machine renews it without a new seal;
 // incrementing the counter (Withdraw) makes every copy of the sealed
-// object useless. Every bound is checked by the TPM while it evaluates the
-// policy session, never by agent code a modified boot could skip.
-//
-// THIS FILE IS THE CONTRACT other packages are written against; its
-// bodies are placeholders until the implementation lands.
+// object useless, and a TPM never rolls a counter back, not even when the
+// index is deleted and defined again. Every bound is checked by the TPM
+// while it evaluates the policy session, never by agent code a modified
+// boot could skip.
 package offline
 
 import (
-	"crypto"
 	"errors"
-
-	"github.com/google/go-tpm/tpm2/transport"
 
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -35,6 +37,12 @@ const (
 	MaxPolicyRef = 32
 )
 
+// GrantCounterIndex is the NV handle of the grant counter Seal defines: in
+// the range the TCG handle registry leaves to the TPM owner
+// (0x01000000-0x013FFFFF), away from the TCG's own indices (EK
+// certificates live at 0x01C0xxxx).
+const GrantCounterIndex uint32 = 0x01384C4B
+
 // Reasons a sealed key is not released; Unseal wraps exactly one of them.
 var (
 	// ErrBootsSpent: the TPM's resetCount passed reset_count + max_boots.
@@ -44,18 +52,13 @@ var (
 	// ErrPCRMismatch: this boot's PCRs differ from the granted values.
 	ErrPCRMismatch = errors.New("this boot's measurements differ from the grant's")
 	// ErrWithdrawn: the grant counter moved since sealing (the grant was
-	// withdrawn) or the sealed object is not this TPM's.
+	// withdrawn), the counter index is gone or was redefined, or the
+	// sealed object is not this TPM's.
 	ErrWithdrawn = errors.New("offline grant withdrawn")
-	// ErrBadGrant: the grant is malformed or its signature is not the
-	// sealed object's signer's.
+	// ErrBadGrant: the grant or the sealed object is malformed, or the
+	// grant's signature is not the sealed object's signer's.
 	ErrBadGrant = errors.New("offline grant invalid")
-	errTODO     = errors.New("offline: not implemented")
 )
-
-// PolicyRef binds a grant to one machine (its stable identity, e.g. the
-// EK's public key digest the verifier binds) and one disk: SHA-256 over
-// both, so a grant signed for one node cannot renew another's sealed key.
-func PolicyRef(machineID []byte, diskUUID string) []byte { return nil }
 
 // GrantRequest is what the verifier read from a verified quote and its
 // policy.
@@ -66,17 +69,6 @@ type GrantRequest struct {
 	ClockMS    uint64
 	MaxBoots   uint32
 	MaxHours   uint32
-}
-
-// Authorizer signs grants with the verifier's grant key.
-type Authorizer struct{}
-
-// NewAuthorizer takes an ECDSA P-256 signer (the grant key).
-func NewAuthorizer(signer crypto.Signer) (*Authorizer, error) { return nil, errTODO }
-
-// Grant signs a grant for req.
-func (a *Authorizer) Grant(req GrantRequest) (*latchkeyv1.OfflineGrant, error) {
-	return nil, errTODO
 }
 
 // Sealed is the node's sealed copy of its disk key: what the agent stores
@@ -94,11 +86,6 @@ type Sealed struct {
 	PolicyRef []byte
 }
 
-// MarshalBinary and UnmarshalBinary give Sealed a versioned, size-bounded
-// encoding; UnmarshalBinary validates every field.
-func (s *Sealed) MarshalBinary() ([]byte, error) { return nil, errTODO }
-func (s *Sealed) UnmarshalBinary(b []byte) error { return errTODO }
-
 // Status is where a grant stands for this boot.
 type Status struct {
 	// Boot is this boot's number since the granting attestation (1 = the
@@ -108,17 +95,14 @@ type Status struct {
 	HoursLeft float64
 }
 
-// Seal seals key under tp's storage root key for grants signed like g
-// (same signer, same policy ref), defining the grant counter if needed.
-func Seal(tp transport.TPM, key []byte, g *latchkeyv1.OfflineGrant) (*Sealed, error) {
-	return nil, errTODO
+// grantRequest reads the signed fields of a grant back into a request.
+func grantRequest(g *latchkeyv1.OfflineGrant) GrantRequest {
+	return GrantRequest{
+		PolicyRef:  g.GetPolicyRef(),
+		PCRs:       g.GetPcrs(),
+		ResetCount: g.GetResetCount(),
+		ClockMS:    g.GetClockMs(),
+		MaxBoots:   g.GetMaxBoots(),
+		MaxHours:   g.GetMaxHours(),
+	}
 }
-
-// Unseal releases the key if this boot satisfies g as the TPM judges it,
-// or returns an error wrapping one of the Err values naming the bound.
-func Unseal(tp transport.TPM, s *Sealed, g *latchkeyv1.OfflineGrant) ([]byte, Status, error) {
-	return nil, Status{}, errTODO
-}
-
-// Withdraw increments the grant counter: every copy of s stops opening.
-func Withdraw(tp transport.TPM, s *Sealed) error { return errTODO }

@@ -148,11 +148,11 @@ func lookTools() error {
 // launch starts swtpm on two free loopback ports and waits until its
 // command port accepts connections.
 func (s *Simulator) launch(state string) error {
-	ports, err := freePorts(2)
+	port, err := freePortPair()
 	if err != nil {
 		return err
 	}
-	s.cmdPort, s.ctrlPort = ports[0], ports[1]
+	s.cmdPort, s.ctrlPort = port, port+1
 	s.stderr.Reset()
 	cmd := exec.Command("swtpm", "socket", "--tpm2",
 		"--tpmstate", "dir="+state,
@@ -200,18 +200,30 @@ func (s *Simulator) stop() {
 	<-s.exited
 }
 
-// freePorts asks the kernel for n distinct free loopback ports.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
+// freePortPair finds two adjacent free loopback ports, N and N+1: the
+// tpm2-tss swtpm TCTI (TCTI) expects the control port right after the
+// command port.
+func freePortPair() (int, error) {
+	for range 20 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, fmt.Errorf("find free port: %w", err)
+			return 0, fmt.Errorf("find free port: %w", err)
 		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		port := l.Addr().(*net.TCPAddr).Port
+		next, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+1)))
+		_ = l.Close()
+		if err == nil {
+			_ = next.Close()
+			return port, nil
+		}
 	}
-	return ports, nil
+	return 0, errors.New("find free port: no two adjacent free loopback ports")
+}
+
+// TCTI is the tpm2-tss TCTI configuration that points tpm2-tools (and
+// Clevis' tpm2 pin) at this swtpm, for TPM2TOOLS_TCTI.
+func (s *Simulator) TCTI() string {
+	return fmt.Sprintf("swtpm:host=127.0.0.1,port=%d", s.cmdPort)
 }
 
 // Extend extends PCR pcr of the SHA-256 bank with SHA-256(data), the way a

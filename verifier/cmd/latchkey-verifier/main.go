@@ -282,7 +282,7 @@ func policyCheck(file string, stdout, stderr io.Writer) int {
 			return exitcode.Failed
 		}
 	}
-	fmt.Fprintf(stdout, "policy %s is valid (%s), %d variant(s) enabled\n", file, snap.Digest, len(snap.Validators))
+	fmt.Fprintf(stdout, "policy %s is valid (%s), %d variant(s) enabled, %s\n", file, snap.Digest, len(snap.Validators), snap.OfflineSummary())
 	return exitcode.OK
 }
 
