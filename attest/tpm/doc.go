@@ -22,9 +22,9 @@
 //
 // Both keys are primary keys derived from the TPM's hierarchy seeds (EK:
 // endorsement, TCG default RSA-2048 template, taken from its persistent
-// handle 0x81010001 when provisioned there; AK: owner hierarchy), so they
-// are the same at every boot and an AK pin survives reboots (until the
-// owner hierarchy is cleared).
+// handle 0x81010001 when provisioned there; AK: endorsement hierarchy, so
+// its quotes carry the TPM's own resetCount: keys.go), so they are the
+// same at every boot and an AK pin survives reboots (and TPM2_Clear).
 //
 // swtpm has no resource manager and only three transient object slots: an
 // Attestation holds at most two (the AK, and the EK unless it is

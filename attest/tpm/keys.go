@@ -94,9 +94,15 @@ func createEK(tp transport.TPM) (*key, error) {
 	return k, nil
 }
 
-// createAK derives the attestation key from the owner seed.
+// createAK derives the attestation key from the endorsement seed. The
+// hierarchy matters to offline unlock: TPM2_Quote reports the TPM's own
+// resetCount and restartCount only for a signing key of the endorsement
+// or platform hierarchy and obfuscates them for any other (TPM 2.0 Part
+// 3, 18.1), and an offline grant counts its boots from the quoted
+// resetCount. Like the EK when it is not persisted, it needs the
+// endorsement hierarchy's authorization to be empty.
 func createAK(tp transport.TPM) (*key, error) {
-	k, err := createPrimary(tp, tpm2.TPMRHOwner, akTemplate)
+	k, err := createPrimary(tp, tpm2.TPMRHEndorsement, akTemplate)
 	if err != nil {
 		return nil, fmt.Errorf("create ak: %w", err)
 	}

@@ -18,20 +18,16 @@ import (
 const JoinPhaseWord = "sysinit"
 
 // Clock is the quote's TPMS_CLOCK_INFO, signed by the AK with the rest of
-// the quote. ClockMS and Safe are the TPM's; ResetCount and RestartCount
-// are as the TPM reports them to this signer, obfuscated for an AK
-// outside the endorsement and platform hierarchies
-// (ErrResetCountObfuscated): differences between two quotes of one AK
-// are real, the values are not.
+// the quote. TPM2_Quote obfuscates resetCount and restartCount for a key
+// outside the endorsement and platform hierarchies; latchkey's AK is an
+// endorsement-hierarchy key (keys.go), so they are the TPM's.
 type Clock struct {
 	// ClockMS is the TPM's clock in milliseconds (it advances while the
 	// TPM is powered and never goes back unless Safe is false).
 	ClockMS uint64
-	// ResetCount counts TPM Resets (boots) since the last TPM2_Clear
-	// (obfuscated, see above).
+	// ResetCount counts TPM Resets (boots) since the last TPM2_Clear.
 	ResetCount uint32
-	// RestartCount counts TPM Restarts (resume) since the last reset
-	// (obfuscated, see above).
+	// RestartCount counts TPM Restarts (resume) since the last reset.
 	RestartCount uint32
 	// Safe is the TPM's statement that no larger clock value was ever
 	// reported (false after a power loss the TPM could not record).
@@ -45,27 +41,17 @@ func clockOf(q *tpm2.TPMSAttest) Clock {
 
 var _ attest.Sealer = (*State)(nil)
 
-// ErrResetCountObfuscated is why no offline grant is built from a quote
-// of latchkey's AK today. TPM2_Quote obfuscates resetCount and
-// restartCount (adds a value derived from the hierarchy's proof and the
-// key's name) for a signing key outside the endorsement and platform
-// hierarchies (TPM 2.0 Part 3, 18.1), and the AK is an owner-hierarchy
-// primary (keys.go): the quoted resetCount is not the TPM's, so a boot
-// bound counted from it would be arbitrary (from none to about four
-// billion boots). The clock is not obfuscated. A grant needs the TPM's
-// real resetCount from something the verifier can verify (an AK in the
-// endorsement hierarchy, or another signed source) before SealFacts can
-// return facts.
-var ErrResetCountObfuscated = errors.New("the quote's resetCount is obfuscated (the AK is an owner-hierarchy key), so no boot bound can be counted from it")
-
 // SealFacts implements attest.Sealer: SealPCRs and the quote's clock.
-// It returns ErrResetCountObfuscated for every quote today (see there):
-// the PCR and clock facts are verified, the reset count is not.
+// The verifier cannot see an AK's hierarchy; the quoted resetCount is the
+// TPM's because the AK was made by the agent whose measurements this
+// quote proved (the genuine agent makes it in the endorsement hierarchy:
+// keys.go), as every other fact of an accepted quote rests on them.
 func (s *State) SealFacts(quotedAtJoin bool) (attest.SealFacts, error) {
-	if _, err := s.SealPCRs(quotedAtJoin); err != nil {
+	pcrs, err := s.SealPCRs(quotedAtJoin)
+	if err != nil {
 		return attest.SealFacts{}, err
 	}
-	return attest.SealFacts{}, ErrResetCountObfuscated
+	return attest.SealFacts{PCRs: pcrs, ResetCount: s.Clock.ResetCount, ClockMS: s.Clock.ClockMS}, nil
 }
 
 // SealPCRs are the PCR values an offline grant is sealed to: the quoted

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"errors"
 	"testing"
 
 	"github.com/google/go-tpm/tpm2"
+	"github.com/google/go-tpm/tpm2/transport"
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tpm"
@@ -39,9 +39,12 @@ func TestStateCarriesQuotedClock(t *testing.T) {
 	if len(pcrs) != len(st.PCRs) {
 		t.Fatalf("%d pcrs, the quote %d", len(pcrs), len(st.PCRs))
 	}
-	// Whatever the quote says, its reset count is not the TPM's.
-	if _, err := st.SealFacts(true); !errors.Is(err, tpm.ErrResetCountObfuscated) {
-		t.Fatalf("SealFacts: %v, want ErrResetCountObfuscated", err)
+	f, err := st.SealFacts(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.ResetCount != 42 || f.ClockMS != 123456789 || len(f.PCRs) != len(st.PCRs) {
+		t.Fatalf("facts: reset count %d, clock %d, %d pcrs", f.ResetCount, f.ClockMS, len(f.PCRs))
 	}
 }
 
@@ -137,10 +140,11 @@ func TestSealFactsWithoutLogs(t *testing.T) {
 	}
 }
 
-// A real TPM's quote by latchkey's AK (an owner-hierarchy primary)
-// carries an obfuscated resetCount: not the count TPM2_ReadClock reports,
-// while the clock is the TPM's. This is why SealFacts builds no grant.
-func TestSwtpmQuotedResetCountIsObfuscated(t *testing.T) {
+// A real TPM's quote by latchkey's AK (an endorsement-hierarchy primary)
+// carries the TPM's own resetCount, the one TPM2_ReadClock reports and
+// PolicyCounterTimer compares; an owner-hierarchy key's quote of the same
+// TPM carries an obfuscated one, which a boot bound cannot count from.
+func TestSwtpmQuotedResetCountIsTheTPMs(t *testing.T) {
 	m := newMeasuredSwtpm(t)
 	st, err := m.join(t, m.policy())
 	if err != nil {
@@ -156,13 +160,45 @@ func TestSwtpmQuotedResetCountIsObfuscated(t *testing.T) {
 		t.Fatal(err)
 	}
 	real := now.CurrentTime.ClockInfo
-	if st.Clock.ResetCount == real.ResetCount {
-		t.Fatalf("quoted resetCount %d is the TPM's: the quote is not obfuscated", real.ResetCount)
+	if st.Clock.ResetCount != real.ResetCount {
+		t.Fatalf("quoted resetCount %d, the TPM's %d", st.Clock.ResetCount, real.ResetCount)
 	}
 	if st.Clock.ClockMS == 0 || st.Clock.ClockMS > real.Clock {
 		t.Fatalf("quoted clock %d, tpm clock now %d", st.Clock.ClockMS, real.Clock)
 	}
-	if _, err := st.SealFacts(true); !errors.Is(err, tpm.ErrResetCountObfuscated) {
-		t.Fatalf("SealFacts: %v", err)
+	f, err := st.SealFacts(true)
+	if err != nil || f.ResetCount != real.ResetCount {
+		t.Fatalf("SealFacts: reset count %d, %v", f.ResetCount, err)
 	}
+	if got := ownerQuoteResetCount(t, tp); got == real.ResetCount {
+		t.Fatalf("an owner-hierarchy key's quote carries the real resetCount %d: not obfuscated", got)
+	}
+}
+
+// ownerQuoteResetCount quotes with a key like the AK made in the owner
+// hierarchy and returns the resetCount the quote carries.
+func ownerQuoteResetCount(t *testing.T, tp transport.TPM) uint32 {
+	t.Helper()
+	ak := tpm.AKTemplateForTest()
+	cp, err := tpm2.CreatePrimary{
+		PrimaryHandle: tpm2.AuthHandle{Handle: tpm2.TPMRHOwner, Auth: tpm2.PasswordAuth(nil)},
+		InPublic:      tpm2.New2B(ak),
+	}.Execute(tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tpm2.FlushContext{FlushHandle: cp.ObjectHandle}.Execute(tp) //nolint:errcheck // test cleanup
+	q, err := tpm2.Quote{
+		SignHandle: tpm2.AuthHandle{Handle: cp.ObjectHandle, Name: cp.Name, Auth: tpm2.PasswordAuth(nil)},
+		InScheme:   tpm2.TPMTSigScheme{Scheme: tpm2.TPMAlgNull},
+		PCRSelect:  tpm2.TPMLPCRSelection{PCRSelections: []tpm2.TPMSPCRSelection{{Hash: tpm2.TPMAlgSHA256, PCRSelect: []byte{1, 0, 0}}}},
+	}.Execute(tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att, err := q.Quoted.Contents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return att.ClockInfo.ResetCount
 }
