@@ -5,6 +5,9 @@
 #                                  plane, print the env file's path
 #   scripts/controlplane.sh env    print the env file
 #   scripts/controlplane.sh down   stop everything `up` started, remove it all
+#   scripts/controlplane.sh stop   stop the processes, keep the namespace and
+#                                  all state (a power loss of the control plane)
+#   scripts/controlplane.sh start  start them again on that state (after stop)
 #
 # The cluster is laid out by the real kubeadm (v1.37.2, built by
 # scripts/k8s/build.sh): `kubeadm init phase certs`, `kubeconfig` (including
@@ -242,8 +245,10 @@ up() {
 	echo "$envfile"
 }
 
-down() {
-	local quiet=${1:-} f pid
+# stop_processes stops every process `up` or `start` started (their pid
+# files), and nothing else.
+stop_processes() {
+	local f pid
 	for f in "$dir"/*.pid; do
 		[[ -f "$f" ]] || continue
 		pid="$(cat "$f")"
@@ -256,6 +261,33 @@ down() {
 		kill -9 "$pid" 2>/dev/null || true
 		rm -f "$f"
 	done
+}
+
+# cp_stop: the control plane goes down as in a power loss; its namespace,
+# certificates, kubeconfigs and etcd data stay for `start`.
+cp_stop() {
+	[[ -f "$envfile" ]] || die "no control plane in $dir to stop"
+	stop_processes
+	log "stopped (state kept in $dir)"
+}
+
+# cp_start: etcd, kube-apiserver and kube-controller-manager again on the
+# state `stop` kept; the cluster (CA, tokens, nodes) is the same one.
+cp_start() {
+	{ [[ -f "$envfile" ]] && netns_exists; } || die "no stopped control plane in $dir to start"
+	local bin
+	bin="$(sed -n 's/^LATCHKEY_K8S_BIN=//p' "$envfile")"
+	[[ -x "$bin/kube-apiserver" ]] || die "no kube-apiserver in $bin"
+	start_etcd
+	start_apiserver "$bin"
+	start_controller_manager "$bin"
+	log "started again: $addr:$port in network namespace $ns"
+	echo "$envfile"
+}
+
+down() {
+	local quiet=${1:-} pid
+	stop_processes
 	if netns_exists; then
 		# Anything still in the namespace was started inside it by us or a
 		# test (a kubeadm join, say).
@@ -269,6 +301,8 @@ down() {
 case "${1:-}" in
 up) up ;;
 down) down ;;
+stop) cp_stop ;;
+start) cp_start ;;
 env) cat "$envfile" ;;
-*) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+*) echo "usage: $0 up|down|stop|start|env" >&2; exit 2 ;;
 esac

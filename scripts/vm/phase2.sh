@@ -60,6 +60,13 @@ P2_EVIL_ARG=systemd.debug_shell=1
 # The agent's log line (journald forwards it to the console) at which the
 # crash step cuts the power.
 P2_CRASH_LINE='state disk: LUKS2 header written'
+# Offline unlock: the bounds the policy grants from the verifier-outage
+# step on (off before it), and how long a boot holding a grant tries the
+# verifier before it unseals (the agent's offline.after).
+P2_OFFLINE_MAX_BOOTS=2
+P2_OFFLINE_MAX_HOURS=24
+P2_OFFLINE_AFTER=5s
+P2_OFFLINE_POLICY=0 # write_policy adds offlineUnlock when 1
 
 # phase2_missing prints what phase 2 still lacks in the tree, if anything.
 phase2_missing() {
@@ -87,6 +94,7 @@ write_agent_config() {
     echo "variant: tpm"
     echo "timeout: $P2_AGENT_TIMEOUT"
     printf 'reattest:\n  interval: 3s\n' # the scenario sees the agent keep attesting
+    printf 'offline:\n  after: %s\n' "$P2_OFFLINE_AFTER"
     echo "disk:"
     echo "  device: /dev/disk/by-id/virtio-latchkey-state"
     case $P2_JOIN in
@@ -256,6 +264,9 @@ write_policy() {
     echo "    ukis: [$(IFS=,; echo "${ukis[*]}")]"
     echo "  pcrs:"
     echo "    \"11\": [$(IFS=,; echo "${pcr11[*]}")]"
+    if ((P2_OFFLINE_POLICY)); then
+      echo "  offlineUnlock: {maxBoots: $P2_OFFLINE_MAX_BOOTS, maxHours: $P2_OFFLINE_MAX_HOURS}"
+    fi
     echo "  ekCARoots:"
     for pem in "$RUN_DIR/tpmca/issuercert.pem" "$RUN_DIR/tpmca/swtpm-localca-rootca-cert.pem"; do
       echo "  - |"
@@ -277,6 +288,8 @@ audit_mark() { AUDIT_FROM=$(wc -l <"$VERIFIER_LOG"); }
 audit_lines() { tail -n "+$((AUDIT_FROM + 1))" "$VERIFIER_LOG" | grep 'msg="join decision"' || true; }
 audit_has() { audit_lines | grep -E "$1" | grep -E "${2:-.}" >/dev/null; }
 audit_count() { audit_lines | grep -cE "$1" || true; }
+# verifier_logged REGEX: a verifier log line since the mark matches.
+verifier_logged() { tail -n "+$((AUDIT_FROM + 1))" "$VERIFIER_LOG" | grep -E "$1" >/dev/null; }
 
 # ---------------------------------------------------------------- checks
 
@@ -337,9 +350,10 @@ boot_note() {
 # ---------------------------------------------------------------- scenario
 
 # LATCHKEY_E2E_STEPS (for working on one step; default: all): the steps to
-# run, by name (first reboot tamper_root tamper_cmdline tamper_override
-# other_kernel upgrade verifier_down crash hostile); later steps may rely
-# on earlier ones.
+# run, by name (first_boot reboot tamper_root tamper_cmdline
+# tamper_override other_kernel upgrade verifier_down offline crash
+# hostile); later steps may rely on earlier ones (offline on
+# verifier_down's grant).
 P2_STEPS=${LATCHKEY_E2E_STEPS:-all}
 p2_step() {
   [[ $P2_STEPS == all || " $P2_STEPS " == *" $1 "* ]] || return 0
@@ -369,6 +383,7 @@ run_phase2() {
   p2_step other_kernel
   p2_step upgrade
   p2_step verifier_down
+  p2_step offline
   p2_step crash
   [[ $P2_JOIN == kubeadm ]] && p2_step hostile
   verifier_stop
@@ -689,8 +704,14 @@ p2_no_secrets() {
 }
 
 # p2_verifier_down: the verifier is stopped at boot and started again once
-# the agent has logged a failed attempt.
+# the agent has logged a failed attempt. It comes back with a policy that
+# allows offline unlock (v1 and v2, offlineUnlock): the rejoin that ends
+# this boot carries the first offline grant, which the agent seals to this
+# boot's PCRs (the offline steps rely on it). The node held no grant
+# before, so the outage itself is handled as without offline unlock.
 p2_verifier_down() {
+  P2_OFFLINE_POLICY=1
+  write_policy "$MEASURED/v1/pcrs.yaml" "$MEASURED/v2/pcrs.yaml"
   verifier_stop
   audit_mark
   BOOT_TRIGGER_RE='join attempt failed'
@@ -705,8 +726,161 @@ p2_verifier_down() {
   check "no second luksFormat" not_formatted
   check "kubelet started" kubelet_started
   check "audit: rejoin accepted" audit_has 'result=accepted' 'rejoin=true'
+  check "audit: offline grant in the rejoin's ticket" verifier_logged \
+    "msg=\"offline grant\" .*purpose=join .*offline_max_boots=$P2_OFFLINE_MAX_BOOTS offline_max_hours=$P2_OFFLINE_MAX_HOURS "
+  check "agent sealed and stored the grant" serial_has 'msg="?offline grant stored"?'
   check_join skip
-  step_done "verifier down at boot, back in time" "$BOOT_SECS" "$(boot_note)"
+  step_done "verifier down at boot, back in time" "$BOOT_SECS" "$(boot_note); offline grant stored"
+  if ! kill -0 "$VERIFIER_PID" 2>/dev/null; then verifier_start; fi
+}
+
+# ---------------------------------------------------------------- offline
+
+# The offline steps: n1 holds the grant of the verifier-outage step
+# (maxBoots 2, maxHours 24, sealed to v1's PCRs). "Power loss": the
+# verifier and (kubeadm mode) the control plane stop, keeping their state;
+# the guest finds no verifier for offline.after and unseals. The TPM
+# counts every boot (TPM reset) after the granting attestation, offline
+# or not, against maxBoots.
+
+# p2_offline_down / p2_offline_up: the host's side goes down and comes
+# back (the same cluster: CA, Node, Leases; the same master secret).
+p2_offline_down() {
+  verifier_stop
+  if p2_k8s; then cp_ctl stop; fi
+}
+p2_offline_up() {
+  if p2_k8s; then cp_ctl start; fi
+  verifier_start
+}
+cp_ctl() {
+  LATCHKEY_CP_DIR=$RUN_DIR/cp LATCHKEY_CP_NETNS=$P2_NETNS "$REPO/scripts/controlplane.sh" "$1" >>"$RUN_DIR/cp-$1.log" 2>&1 ||
+    die "scripts/controlplane.sh $1 failed (see $RUN_DIR/cp-$1.log)"
+}
+
+# offline_line K: the agent's journal line of an offline unlock, boot K
+# of maxBoots, with 23 or 24 hours left (the TPM's clock runs only while
+# its swtpm does).
+offline_line() {
+  printf 'state disk unlocked offline \\(boot %s of %s, (%s|%s) hours left\\)' "$1" "$P2_OFFLINE_MAX_BOOTS" \
+    "$((P2_OFFLINE_MAX_HOURS - 1))" "$P2_OFFLINE_MAX_HOURS"
+}
+
+not_offline() { ! serial_has 'unlocked offline \(boot'; }
+# (boots the harness cuts short have no E2E report: the journal tells)
+disk_never_opened() { ! serial_has 'msg="?state disk open'; }
+kubelet_never_started() { ! serial_has 'Started kubelet'; }
+online_status() { serial_has 'E2E: agent status node ready' && ! serial_has 'E2E: agent status .*offline'; }
+
+# check_offline_boot K: the boot unlocked offline (boot K), nothing else.
+check_offline_boot() {
+  check "guest powered off" booted_cleanly
+  check "agent tried the verifier for offline.after ($P2_OFFLINE_AFTER)" serial_has "no verifier answered; unlocking offline.*offline_after=$P2_OFFLINE_AFTER"
+  check "journal: unlocked offline (boot $1 of $P2_OFFLINE_MAX_BOOTS, …)" serial_has "$(offline_line "$1")"
+  check "status: node ready; unlocked offline (boot $1 …)" serial_has "E2E: agent status node ready; $(offline_line "$1" | sed 's/^state disk //')"
+  check "agent ready" agent_ready
+  check "same disk" test "$(disk_uuid)" == "${N1_UUID:-x}"
+  check "disk open" disk_open
+  check "marker kept" serial_has 'E2E: marker found, written by boot first'
+  check "kubelet started" kubelet_started
+  check "no luksFormat" not_formatted
+  check "no kubeadm join" no_join_line
+}
+
+p2_offline() {
+  p2_offline_first
+  p2_offline_other_uki
+  p2_offline_second
+  p2_offline_spent
+}
+
+# p2_offline_first: boot 1 of 2 offline; once the guest logs it the host
+# comes back (control plane, then verifier), and the agent's background
+# re-attestation (Hello.offline.booted_offline) ends the offline state and
+# renews the grant (counted from this boot).
+p2_offline_first() {
+  p2_offline_down
+  audit_mark
+  BOOT_TRIGGER_RE=$(offline_line 1)
+  BOOT_TRIGGER_FN=p2_offline_up
+  boot n1 offline-1 -- latchkey.e2e.await-online
+  check_offline_boot 1
+  check "host came back during the boot" test "$BOOT_TRIGGERED" == 1
+  check "status ends the offline state after the re-attestation" serial_has 'E2E: agent status after the verifier came back node ready; re-attestation [0-9]+: attested'
+  check "audit: no join or rejoin (the disk opened offline)" test "$(audit_count 'purpose=join')" -eq 0
+  check "audit: node booted offline (boot 1 of $P2_OFFLINE_MAX_BOOTS)" verifier_logged \
+    "msg=\"node booted offline\" .*offline_boot=1 offline_max_boots=$P2_OFFLINE_MAX_BOOTS purpose=reattest"
+  check "audit: re-attestation accepted" audit_has 'purpose=reattest .*result=accepted'
+  check "audit: grant renewed by the re-attestation" verifier_logged "msg=\"offline grant\" .*purpose=reattest .*offline_max_boots=$P2_OFFLINE_MAX_BOOTS "
+  check "agent stored the renewed grant" serial_has 'msg="?offline grant stored"?'
+  if p2_k8s; then
+    check "host: node latchkey-e2e carries no unattested (offline) taint" kc untainted -node latchkey-e2e -timeout 60s
+  fi
+  step_done "offline: boot 1 of $P2_OFFLINE_MAX_BOOTS, host back, re-attested" "$BOOT_SECS" "$(boot_note)"
+}
+
+# p2_offline_other_uki: host down again; UKI v2 (accepted by the policy,
+# but the grant is sealed to v1's PCRs): the TPM refuses the unseal and
+# the agent keeps trying the verifier until its timeout, then exits
+# VerifierUnreachable (4), which systemd restarts: the boot would never
+# end, so the harness cuts the power at that exit. The disk stays shut.
+P2_AGENT_EXIT4='latchkey-agent.service: Main process exited, code=exited, status=4/'
+p2_offline_other_uki() {
+  p2_offline_down
+  node_esp n1 v2
+  audit_mark
+  boot n1 offline-other-uki --kill-on "$P2_AGENT_EXIT4"
+  node_esp n1 v1
+  check "power cut when the agent gave up (exit 4)" test "$BOOT_END" == killed
+  check "agent gave up: verifier unreachable (exit 4)" serial_has "$P2_AGENT_EXIT4"
+  check "tpm refused the unseal: PCRs 4 and 11 differ" serial_has \
+    "offline unlock refused by the TPM; retrying the verifiers.*this boot's measurements differ from the grant's \\(PCRs differing: \\[4 .*11\\]\\)"
+  check "no offline unlock" not_offline
+  check "disk never opened" disk_never_opened
+  check "kubelet not started" kubelet_never_started
+  check "verifier stayed down (no audit line)" test "$(audit_count .)" -eq 0
+  step_done "offline: another UKI does not unlock" "$BOOT_SECS" "v2: TPM refused (PCRs 4, 9, 11), agent exit 4, power cut"
+}
+
+# p2_offline_second: boot 2 of 2 since the re-attestation that renewed the
+# grant (the refused boot counted too); without that renewal the bound
+# would already be spent.
+p2_offline_second() {
+  audit_mark
+  boot n1 offline-2
+  check_offline_boot 2
+  check "verifier stayed down (no audit line)" test "$(audit_count .)" -eq 0
+  step_done "offline: boot 2 of $P2_OFFLINE_MAX_BOOTS (renewed grant)" "$BOOT_SECS" "$(boot_note)"
+}
+
+# p2_offline_spent: the next boot is past maxBoots: the TPM refuses naming
+# the boot bound and the agent waits for a verifier as without a grant.
+# The control plane is back before the boot, the verifier when the agent
+# logs the refusal: a rejoin opens the disk and renews the grant.
+p2_offline_spent() {
+  if p2_k8s; then cp_ctl start; fi
+  audit_mark
+  BOOT_TRIGGER_RE='offline unlock refused by the TPM'
+  BOOT_TRIGGER_FN=verifier_start
+  boot n1 offline-spent
+  check "guest powered off" booted_cleanly
+  check "tpm refused the unseal: boot bound reached" serial_has 'offline unlock refused by the TPM; retrying the verifiers.*offline grant spent: boot bound reached'
+  check "no offline unlock" not_offline
+  check "verifier restarted during the boot" test "$BOOT_TRIGGERED" == 1
+  check "agent ready" agent_ready
+  check "status: node ready, not offline" online_status
+  check "same disk" test "$(disk_uuid)" == "${N1_UUID:-x}"
+  check "marker kept" serial_has 'E2E: marker found, written by boot first'
+  check "no luksFormat" not_formatted
+  check "audit: rejoin accepted" audit_has 'result=accepted' 'rejoin=true'
+  check "audit: grant renewed by the rejoin" verifier_logged "msg=\"offline grant\" .*purpose=join .*offline_max_boots=$P2_OFFLINE_MAX_BOOTS "
+  check "agent stored the renewed grant" serial_has 'msg="?offline grant stored"?'
+  check "agent re-attested twice after the boot" serial_has 'E2E: re-attested ([2-9]|[1-9][0-9])'
+  check_join skip
+  if p2_k8s; then
+    check "host: node latchkey-e2e carries no unattested taint" kc untainted -node latchkey-e2e -timeout 60s
+  fi
+  step_done "offline: spent after $P2_OFFLINE_MAX_BOOTS boots, waits, rejoins" "$BOOT_SECS" "$(boot_note)"
   if ! kill -0 "$VERIFIER_PID" 2>/dev/null; then verifier_start; fi
 }
 

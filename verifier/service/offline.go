@@ -25,8 +25,9 @@ import (
 //     policy ref binding it to the attested machine and the disk, signed
 //     by the GrantSigner. A grant that cannot be built (a re-attestation
 //     whose PCR 11 join-point value is not derivable, a quote whose
-//     resetCount is obfuscated: tpm.ErrResetCountObfuscated) is left out
-//     with a log line: the node keeps any grant it holds, which expires by
+//     resetCount no TPM reaches: tpm.ErrResetCountObfuscated) is left
+//     out with a log line: the node keeps any grant it holds, which
+//     expires by
 //     its own bounds.
 //   - A ticket withdraws the grant the node says it holds
 //     (withdraw_offline) when the policy no longer allows one, or when the

@@ -12,6 +12,7 @@
 //	k8scheck -kubeconfig F csr-approved -node N [-since T] [-cert PEM] [-timeout D]
 //	k8scheck -kubeconfig F csr-denied   -node N [-since T] [-timeout D]
 //	k8scheck -kubeconfig F token-gone   -id ID [-timeout D]
+//	k8scheck -kubeconfig F untainted    -node N [-timeout D]
 //
 // It is a test tool: it is built and run by the harness only and is no
 // part of latchkey's binaries.
@@ -39,6 +40,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
+	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/verifier/csr"
 )
 
@@ -96,6 +98,7 @@ func run(args []string) int {
 	checks := map[string]func(context.Context, kubernetes.Interface, *rest.Config, opts) (string, error){
 		"node-ready": nodeReady, "node-absent": nodeAbsent, "node-delete": nodeDelete,
 		"client-cert": clientCert, "csr-approved": csrApproved, "csr-denied": csrDenied, "token-gone": tokenGone,
+		"untainted": untainted,
 	}
 	f, ok := checks[sub]
 	if !ok {
@@ -378,5 +381,29 @@ func tokenGone(ctx context.Context, c kubernetes.Interface, _ *rest.Config, o op
 			return "", false, err
 		}
 		return fmt.Sprintf("secret kube-system/%s still there (created %s)", name, s.CreationTimestamp.UTC().Format(time.RFC3339)), false, nil
+	})
+}
+
+// untainted: the Node exists and carries no latchkey.io/unattested taint
+// (whatever its value: offline, refused or stale), i.e. the verifier's
+// taint controller counts it attested.
+func untainted(ctx context.Context, c kubernetes.Interface, _ *rest.Config, o opts) (string, error) {
+	if o.node == "" {
+		return "", errors.New("-node is required")
+	}
+	return wait(ctx, o.timeout, func() (string, bool, error) {
+		n, err := c.CoreV1().Nodes().Get(ctx, o.node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return "", false, fmt.Errorf("no node %s", o.node)
+		}
+		if err != nil {
+			return err.Error(), false, nil
+		}
+		for _, t := range n.Spec.Taints {
+			if t.Key == kubekey.TaintUnattested {
+				return fmt.Sprintf("node %s has taint %s=%s:%s", o.node, t.Key, t.Value, t.Effect), false, nil
+			}
+		}
+		return fmt.Sprintf("node %s has no %s taint (%d taint(s))", o.node, kubekey.TaintUnattested, len(n.Spec.Taints)), true, nil
 	})
 }

@@ -182,3 +182,25 @@ func TestNodeReadyWantsAFreshHeartbeat(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// untainted refuses a Node that carries the unattested taint (naming its
+// value and effect) and a missing Node; another taint does not count.
+func TestUntaintedWantsNoUnattestedTaint(t *testing.T) {
+	ctx := context.Background()
+	node := func(taints ...corev1.Taint) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Taints: taints}}
+	}
+	offline := corev1.Taint{Key: "latchkey.io/unattested", Value: "offline", Effect: corev1.TaintEffectNoSchedule}
+	other := corev1.Taint{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoSchedule}
+	_, err := untainted(ctx, fake.NewClientset(node(other, offline)), nil, opts{node: "n1"})
+	if want := "after 0s: node n1 has taint latchkey.io/unattested=offline:NoSchedule"; err == nil || err.Error() != want {
+		t.Fatalf("tainted: %v, want %q", err, want)
+	}
+	if _, err := untainted(ctx, fake.NewClientset(), nil, opts{node: "n1"}); err == nil || err.Error() != "no node n1" {
+		t.Fatalf("no node: %v", err)
+	}
+	out, err := untainted(ctx, fake.NewClientset(node(other)), nil, opts{node: "n1"})
+	if err != nil || out != "node n1 has no latchkey.io/unattested taint (1 taint(s))" {
+		t.Fatalf("untainted: %q, %v", out, err)
+	}
+}
