@@ -84,6 +84,14 @@ func (l *LUKS) fullCheck(ctx context.Context, d *device, from int64) (int64, err
 	n := (d.size - from + fullCheckChunk - 1) / fullCheckChunk
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	done := make(chan struct{})
+	if r, err := c.newAIORing(n); err == nil {
+		go func() { defer close(done); err = r.run(ctx) }()
+		l.watch(d, c, done)
+		return c.result(err)
+	} else if !errors.Is(err, errNoAIO) {
+		return 0, err
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, fullCheckDepth)
 	for range min(fullCheckDepth, n) {
@@ -96,14 +104,19 @@ func (l *LUKS) fullCheck(ctx context.Context, d *device, from int64) (int64, err
 			}
 		}()
 	}
-	done := make(chan struct{})
+	done = make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	l.watch(d, c, done)
 	close(errs)
-	if err := <-errs; err != nil {
+	return c.result(<-errs)
+}
+
+// result is the check's answer once its reads are over.
+func (c *fullChecker) result(err error) (int64, error) {
+	if err != nil {
 		return 0, err
 	}
-	if off := c.found.Load(); off < d.size {
+	if off := c.found.Load(); off < c.d.size {
 		return off, nil
 	}
 	return -1, nil
