@@ -188,7 +188,7 @@ func BenchmarkBlankCheck(b *testing.B) {
 }
 
 // BenchmarkFullCheck is the default blank check (fullcheck.go: every
-// byte read with O_DIRECT, 4 MiB requests, 2 in flight) next to
+// byte read with O_DIRECT, 4 MiB requests, 4 in flight) next to
 // `dd if=DEV of=/dev/null bs=4M iflag=direct` on the same sparse loop
 // device, in the same run: one untimed dd first (a buffered loop device
 // fills the backing file's page cache on its first read), then pairs
