@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -268,5 +269,55 @@ func TestForeignLUKS2KeepsTheWipeHint(t *testing.T) {
 	}
 	if bytes.Contains([]byte(err.Error()), []byte("Recovering an altered header")) {
 		t.Fatalf("a foreign header pointed to the recovery path: %v", err)
+	}
+}
+
+// TestFullCheckFindsTheFirstByteInEveryShape: whatever its request size
+// and depth, through AIO or blocking preads, the full check reports the
+// lowest non-zero offset exactly and, on a blank device, that it read
+// every byte. Built to slip past it: a second non-zero byte in a later
+// request in flight at the same time, which completes after (or before)
+// the earlier one's.
+func TestFullCheckFindsTheFirstByteInEveryShape(t *testing.T) {
+	size := int64(32*mib + 4096) // a short last request
+	r := newRig(t, size)
+	var status string
+	l := r.stage(func(c *LUKSConfig) { c.Progress = func(s string, _ time.Duration) { status = s } })
+	d, err := openDevice(r.dev, readOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	chunk, depth := fullCheckChunk, fullCheckDepth
+	defer func() { fullCheckChunk, fullCheckDepth, useAIO = chunk, depth, true }()
+	for _, s := range []struct {
+		chunk, depth int64
+		aio          bool
+	}{{4 * mib, 2, true}, {256 << 10, 32, true}, {64 << 10, 3, true}, {4 * mib, 2, false}, {1 * mib, 5, false}} {
+		fullCheckChunk, fullCheckDepth, useAIO = s.chunk, s.depth, s.aio
+		name := fmt.Sprintf("%dKiB-x%d-aio=%v", s.chunk>>10, s.depth, s.aio)
+		check := func(from int64, data []int64, want int64) {
+			t.Helper()
+			for _, off := range data {
+				writeDev(t, r.dev, off, []byte{0x01})
+				defer writeDev(t, r.dev, off, []byte{0})
+			}
+			got, err := l.fullCheck(context.Background(), d, from)
+			if err != nil || got != want {
+				t.Errorf("%s: bytes at %v, from %d: %d, %v; want %d", name, data, from, got, err, want)
+			}
+		}
+		check(0, nil, -1)
+		if want := fmt.Sprintf("%d of %d bytes read", size, size); !strings.Contains(status, want) {
+			t.Errorf("%s: last progress %q, want %q", name, status, want)
+		}
+		check(0, []int64{0}, 0)
+		check(0, []int64{size - 1}, size-1)
+		check(0, []int64{256<<10 - 1}, 256<<10-1)
+		check(0, []int64{20*mib + 5, 30 * mib, size - 1}, 20*mib+5)
+		check(0, []int64{31 * mib, 4*mib + 4095}, 4*mib+4095)
+		check(0, []int64{mib + 1, mib + 256<<10 + 1, mib + 512<<10}, mib+1)
+		check(8*mib, []int64{8*mib - 1}, -1)
+		check(8*mib, []int64{8*mib - 1, 8 * mib}, 8*mib)
 	}
 }
