@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"math"
 	"sync"
 	"time"
@@ -284,6 +285,8 @@ func (o *offline) renew(ctx context.Context, b *Boot, g *latchkeyv1.OfflineGrant
 	switch {
 	case cur != nil && bytes.Equal(cur.Grant, grant):
 		return nil
+	case cur != nil && onlyRefreshesClock(cur.Grant, g):
+		return nil
 	case cur != nil && o.cfg.Sealer.Renews(cur.Sealed, g):
 		sealed = cur.Sealed
 	case len(key) == 0:
@@ -309,6 +312,28 @@ func (o *offline) renew(ctx context.Context, b *Boot, g *latchkeyv1.OfflineGrant
 	o.mu.Unlock()
 	b.cfg.Logger.Info("offline grant stored", logkey.DiskUUID, o.uuid, logkey.OfflineMaxBoots, g.GetMaxBoots(), logkey.OfflineHeld, true)
 	return nil
+}
+
+// onlyRefreshesClock reports whether g differs from the stored grant only
+// by a time bound less than half its hours later: same signer, machine,
+// PCRs, reset count and bounds. Such a renewal is not written: every
+// re-attestation brings one, and writing each would rewrite the LUKS
+// header every interval (144 times a day at the default 10 minutes) for
+// nothing a boot needs; the stored grant keeps at least half its hours.
+// A new boot (reset count), new PCRs (an upgrade), new bounds or a new
+// signer is always written.
+func onlyRefreshesClock(stored []byte, g *latchkeyv1.OfflineGrant) bool {
+	cur, err := disk.DecodeGrant(stored)
+	if err != nil || g.GetClockMs() < cur.GetClockMs() {
+		return false
+	}
+	half := uint64(g.GetMaxHours()) * 3600 * 1000 / 2
+	if g.GetClockMs()-cur.GetClockMs() >= half {
+		return false
+	}
+	next := proto.Clone(g).(*latchkeyv1.OfflineGrant)
+	next.ClockMs, next.Signature = cur.GetClockMs(), cur.GetSignature()
+	return proto.Equal(next, cur)
 }
 
 // withdraw erases the grant: the TPM's counter first (every copy of the

@@ -276,6 +276,39 @@ func TestOfflineGrantSealRenewWithdraw(t *testing.T) {
 		t.Fatal("an unchanged grant was written again")
 	}
 
+	// A re-attestation's renewal that only moves the time bound by less
+	// than half the hours writes nothing; one half the hours later, or
+	// one from a new boot, is written.
+	at := func(clockMS uint64, reset uint32) *latchkeyv1.OfflineGrant {
+		g := grantOf(6)
+		g.ClockMs, g.ResetCount, g.Signature = clockMS, reset, []byte(fmt.Sprint("sig-", clockMS, reset))
+		return g
+	}
+	r = newOfflineRig(t, tokenOf(t, "s0", at(1000, 7)))
+	r.sealer.renews = true
+	r.tickets.withinTicket = &latchkeyv1.Ticket{DiskKey: bytes.Clone(ticketKey), OfflineGrant: at(1000+600_000, 7)}
+	if err := r.boot.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.store.stored) != 0 {
+		t.Fatalf("a renewal 10 minutes later was written: %+v", r.store.stored)
+	}
+	halfLater := at(1000+24*3600*1000, 7) // grantOf's 48 hours, halved
+	r.boot.OfflineTicket(context.Background(), &latchkeyv1.Ticket{OfflineGrant: halfLater})
+	if len(r.store.stored) != 1 || !reflect.DeepEqual(r.store.stored[0], tokenOf(t, "s0", halfLater)) {
+		t.Fatalf("a renewal half the hours later: stored %+v", r.store.stored)
+	}
+	// Slip past: a new boot, a minute later, is written (the boot bound
+	// counts from it); so is a clock that went back.
+	newBoot := at(1000+24*3600*1000+60_000, 8)
+	r.boot.OfflineTicket(context.Background(), &latchkeyv1.Ticket{OfflineGrant: newBoot})
+	back := at(500, 8)
+	r.boot.OfflineTicket(context.Background(), &latchkeyv1.Ticket{OfflineGrant: back})
+	if len(r.store.stored) != 3 || !reflect.DeepEqual(r.store.stored[1], tokenOf(t, "s0", newBoot)) ||
+		!reflect.DeepEqual(r.store.stored[2], tokenOf(t, "s0", back)) {
+		t.Fatalf("a new boot and a clock gone back: stored %d", len(r.store.stored))
+	}
+
 	// Another signer (a rotated secret): sealed anew.
 	r = newOfflineRig(t, tokenOf(t, "s0", grantOf(5)))
 	r.tickets.withinTicket = &latchkeyv1.Ticket{DiskKey: bytes.Clone(ticketKey), OfflineGrant: grantOf(6)}
