@@ -124,34 +124,15 @@ func Replay(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 		return nil, attest.Refuse(latchkeyv1.Reason_MALFORMED, "%w", err)
 	}
 	byPCR := groupByPCR(raw)
-	sdByPCR := map[int][]wire.SystemdEvent{}
-	for i, e := range sd {
-		if e.PCR <= pcrSecureBoot {
-			return nil, mismatch("systemd event log record %d extends pcr %d, which only firmware measures", i, e.PCR)
-		}
-		sdByPCR[e.PCR] = append(sdByPCR[e.PCR], e)
+	sdByPCR, err := groupSystemd(sd)
+	if err != nil {
+		return nil, err
 	}
-	touched := slices.Sorted(maps.Keys(byPCR))
-	for p := range sdByPCR {
-		if !slices.Contains(touched, p) {
-			touched = append(touched, p)
-		}
+	touched, err := touchedPCRs(pcrs, byPCR, sdByPCR)
+	if err != nil {
+		return nil, err
 	}
-	slices.Sort(touched)
-	for _, p := range touched {
-		if _, ok := pcrs[p]; !ok {
-			return nil, mismatch("event log extends pcr %d, which the quote does not cover", p)
-		}
-	}
-	var fwOnly []register.MR
-	var own []int
-	for _, p := range touched {
-		if _, both := sdByPCR[p]; both || p == pcrBootApps || p == PCRKernel || p == pcrKernelArgs {
-			own = append(own, p)
-			continue
-		}
-		fwOnly = append(fwOnly, register.PCR{Index: p, Digest: pcrs[p], DigestAlg: crypto.SHA256})
-	}
+	fwOnly, own := splitReplay(pcrs, touched, sdByPCR)
 	// Firmware-only PCRs first: they are the lower ones (0-7), so the
 	// refusal names the earliest component that differs.
 	events, err := el.Verify(fwOnly)
@@ -182,6 +163,55 @@ func Replay(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 	}
 	b.interpretArgs(recs[pcrKernelArgs])
 	return b, nil
+}
+
+// groupSystemd groups systemd's events by PCR. It refuses an event that
+// extends a PCR only firmware measures: systemd runs after the
+// separators, so such an event could only mask a firmware measurement.
+func groupSystemd(sd []wire.SystemdEvent) (map[int][]wire.SystemdEvent, error) {
+	sdByPCR := map[int][]wire.SystemdEvent{}
+	for i, e := range sd {
+		if e.PCR <= pcrSecureBoot {
+			return nil, mismatch("systemd event log record %d extends pcr %d, which only firmware measures", i, e.PCR)
+		}
+		sdByPCR[e.PCR] = append(sdByPCR[e.PCR], e)
+	}
+	return sdByPCR, nil
+}
+
+// touchedPCRs is every PCR either log extends, in order. It refuses a PCR
+// the quote does not cover: its events could not be checked, and no
+// measurement may escape the replay.
+func touchedPCRs(pcrs map[int][]byte, byPCR map[int][]tcg.Event, sdByPCR map[int][]wire.SystemdEvent) ([]int, error) {
+	touched := slices.Sorted(maps.Keys(byPCR))
+	for p := range sdByPCR {
+		if !slices.Contains(touched, p) {
+			touched = append(touched, p)
+		}
+	}
+	slices.Sort(touched)
+	for _, p := range touched {
+		if _, ok := pcrs[p]; !ok {
+			return nil, mismatch("event log extends pcr %d, which the quote does not cover", p)
+		}
+	}
+	return touched, nil
+}
+
+// splitReplay divides the touched PCRs between go-eventlog's replay
+// (fwOnly: the PCRs only firmware extends and this package does not
+// interpret) and this package's own replay (own: PCRs systemd also
+// extends, and the ones whose events it interprets), so each PCR is
+// replayed by the code that understands its events.
+func splitReplay(pcrs map[int][]byte, touched []int, sdByPCR map[int][]wire.SystemdEvent) (fwOnly []register.MR, own []int) {
+	for _, p := range touched {
+		if _, both := sdByPCR[p]; both || p == pcrBootApps || p == PCRKernel || p == pcrKernelArgs {
+			own = append(own, p)
+			continue
+		}
+		fwOnly = append(fwOnly, register.PCR{Index: p, Digest: pcrs[p], DigestAlg: crypto.SHA256})
+	}
+	return fwOnly, own
 }
 
 func decodeLogs(fwLog, sdLog []byte) (*tcg.EventLog, []tcg.Event, []wire.SystemdEvent, error) {
