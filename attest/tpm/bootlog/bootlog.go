@@ -2,14 +2,12 @@ package bootlog
 
 import (
 	"bytes"
-	"crypto"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"unicode/utf16"
@@ -165,55 +163,6 @@ func Replay(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 	return b, nil
 }
 
-// groupSystemd groups systemd's events by PCR. It refuses an event that
-// extends a PCR only firmware measures: systemd runs after the
-// separators, so such an event could only mask a firmware measurement.
-func groupSystemd(sd []wire.SystemdEvent) (map[int][]wire.SystemdEvent, error) {
-	sdByPCR := map[int][]wire.SystemdEvent{}
-	for i, e := range sd {
-		if e.PCR <= pcrSecureBoot {
-			return nil, mismatch("systemd event log record %d extends pcr %d, which only firmware measures", i, e.PCR)
-		}
-		sdByPCR[e.PCR] = append(sdByPCR[e.PCR], e)
-	}
-	return sdByPCR, nil
-}
-
-// touchedPCRs is every PCR either log extends, in order. It refuses a PCR
-// the quote does not cover: its events could not be checked, and no
-// measurement may escape the replay.
-func touchedPCRs(pcrs map[int][]byte, byPCR map[int][]tcg.Event, sdByPCR map[int][]wire.SystemdEvent) ([]int, error) {
-	touched := slices.Sorted(maps.Keys(byPCR))
-	for p := range sdByPCR {
-		if !slices.Contains(touched, p) {
-			touched = append(touched, p)
-		}
-	}
-	slices.Sort(touched)
-	for _, p := range touched {
-		if _, ok := pcrs[p]; !ok {
-			return nil, mismatch("event log extends pcr %d, which the quote does not cover", p)
-		}
-	}
-	return touched, nil
-}
-
-// splitReplay divides the touched PCRs between go-eventlog's replay
-// (fwOnly: the PCRs only firmware extends and this package does not
-// interpret) and this package's own replay (own: PCRs systemd also
-// extends, and the ones whose events it interprets), so each PCR is
-// replayed by the code that understands its events.
-func splitReplay(pcrs map[int][]byte, touched []int, sdByPCR map[int][]wire.SystemdEvent) (fwOnly []register.MR, own []int) {
-	for _, p := range touched {
-		if _, both := sdByPCR[p]; both || p == pcrBootApps || p == PCRKernel || p == pcrKernelArgs {
-			own = append(own, p)
-			continue
-		}
-		fwOnly = append(fwOnly, register.PCR{Index: p, Digest: pcrs[p], DigestAlg: crypto.SHA256})
-	}
-	return fwOnly, own
-}
-
 func decodeLogs(fwLog, sdLog []byte) (*tcg.EventLog, []tcg.Event, []wire.SystemdEvent, error) {
 	if len(fwLog) > wire.MaxFirmwareLogSize {
 		return nil, nil, nil, fmt.Errorf("firmware event log has %d bytes, limit %d", len(fwLog), wire.MaxFirmwareLogSize)
@@ -244,19 +193,6 @@ func decodeLogs(fwLog, sdLog []byte) (*tcg.EventLog, []tcg.Event, []wire.Systemd
 		}
 	}
 	return el, raw, sd, nil
-}
-
-// groupByPCR lists the unverified firmware events of each PCR in log
-// order; it drops EV_NO_ACTION events, which extend nothing.
-func groupByPCR(raw []tcg.Event) map[int][]tcg.Event {
-	out := map[int][]tcg.Event{}
-	for _, e := range raw {
-		if e.Type == tcg.NoAction {
-			continue
-		}
-		out[e.Index] = append(out[e.Index], e)
-	}
-	return out
 }
 
 // replayFirmware folds firmware events the way TPM2_PCR_Extend does,
