@@ -50,21 +50,11 @@ func NewLUKS(cfg LUKSConfig) (*LUKS, error) {
 // never comes, the disk is as it was.
 func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
 	l.dropHeld() // an earlier Prepare's
-	path, err := l.waitForDevice(ctx)
-	if err != nil {
-		return Plan{}, err
-	}
-	d, err := openDevice(path, readOnly)
+	d, err := l.openToPrepare(ctx)
 	if err != nil {
 		return Plan{}, err
 	}
 	defer d.Close()
-	if err := l.usable(d, false); err != nil {
-		return Plan{}, err
-	}
-	if err := l.canMap(ctx); err != nil {
-		return Plan{}, err
-	}
 	// Shared: an agent that is installing a header holds the lock
 	// exclusively, so Prepare never sees its half-written state. A
 	// first boot keeps it until Open (lock.go).
@@ -109,6 +99,30 @@ func (l *LUKS) Prepare(ctx context.Context) (Plan, error) {
 		keep = l.keep(lock, d)
 	}
 	return Plan{UUID: newUUID()}, nil
+}
+
+// openToPrepare waits for the device and opens it read-only (Prepare
+// never writes), then refuses what needs no look at its content: a
+// read-only device, or a kernel that cannot map it. Checking these first means no ticket is fetched for a disk
+// that cannot be used. The caller closes the device.
+func (l *LUKS) openToPrepare(ctx context.Context) (*device, error) {
+	path, err := l.waitForDevice(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d, err := openDevice(path, readOnly)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.usable(d, false); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if err := l.canMap(ctx); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
 }
 
 // Open formats (first boot) or validates (reboot) the header, unseals it

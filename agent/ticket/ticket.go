@@ -190,13 +190,7 @@ func (c *Client) get(parent context.Context, req Request, timeout time.Duration,
 			if last == nil || ctx.Err() == nil {
 				last = err
 			}
-			if c.cfg.OnBusy != nil {
-				c.cfg.OnBusy(wait)
-			}
-			wait = jitterHint(wait)
-			c.cfg.Logger.Info("verifier asked to retry later, retrying after its hint", logkey.Endpoint, ep, logkey.Attempt, n+1,
-				logkey.RetryIn, wait.Round(time.Millisecond).String())
-			if ctx.Err() != nil || c.cfg.Sleep(ctx, wait) != nil {
+			if !c.honourBusy(ctx, ep, n+1, wait) {
 				return nil, c.stopped(parent, last, timeout)
 			}
 			continue
@@ -209,23 +203,8 @@ func (c *Client) get(parent context.Context, req Request, timeout time.Duration,
 		if c.cfg.OnAttemptFailed != nil {
 			c.cfg.OnAttemptFailed(err)
 		}
-		if endOnRefusal && decided(err) {
-			return nil, err
-		}
-		if errors.Is(err, attest.ErrDevice) {
-			// The TPM (or SNP device) failed: no verifier can fix that,
-			// so stop instead of retrying for the whole timeout.
-			return nil, fmt.Errorf("evidence device failed: %w", err)
-		}
-		if errors.Is(err, atls.ErrPinMismatch) {
-			// Every configured verifier answered with a certificate the
-			// pins do not match: the pin (or the verifiers' certificate)
-			// is wrong, and waiting cannot fix it. One that has not yet
-			// answered so keeps the retries going (a relay may sit in
-			// front of one replica only).
-			if wrongPin[ep] = true; len(wrongPin) == len(c.cfg.Endpoints) {
-				return nil, fmt.Errorf("no configured verifier matches the pins: %w", err)
-			}
+		if stop := c.finalError(err, ep, endOnRefusal, wrongPin); stop != nil {
+			return nil, stop
 		}
 		wait := c.backoff(fails, err)
 		fails++
@@ -235,6 +214,47 @@ func (c *Client) get(parent context.Context, req Request, timeout time.Duration,
 			return nil, c.stopped(parent, last, timeout)
 		}
 	}
+}
+
+// honourBusy waits out a busy verifier's retry hint (with jitter): a busy
+// answer is not a failed attempt, so it neither counts towards the backoff
+// nor ends the retries, it only spends time. It is false when the wait was
+// cut short (deadline or stop).
+func (c *Client) honourBusy(ctx context.Context, ep string, attempt int, wait time.Duration) bool {
+	if c.cfg.OnBusy != nil {
+		c.cfg.OnBusy(wait)
+	}
+	wait = jitterHint(wait)
+	c.cfg.Logger.Info("verifier asked to retry later, retrying after its hint", logkey.Endpoint, ep, logkey.Attempt, attempt,
+		logkey.RetryIn, wait.Round(time.Millisecond).String())
+	return ctx.Err() == nil && c.cfg.Sleep(ctx, wait) == nil
+}
+
+// finalError is the error that ends the retries after the failed attempt
+// at ep, nil to keep retrying: waiting cannot change a verifier's decision
+// (when endOnRefusal), a failed evidence device, or pins that every
+// configured verifier contradicts. wrongPin records the endpoints that
+// answered with a certificate the pins do not match.
+func (c *Client) finalError(err error, ep string, endOnRefusal bool, wrongPin map[string]bool) error {
+	if endOnRefusal && decided(err) {
+		return err
+	}
+	if errors.Is(err, attest.ErrDevice) {
+		// The TPM (or SNP device) failed: no verifier can fix that,
+		// so stop instead of retrying for the whole timeout.
+		return fmt.Errorf("evidence device failed: %w", err)
+	}
+	if errors.Is(err, atls.ErrPinMismatch) {
+		// Every configured verifier answered with a certificate the
+		// pins do not match: the pin (or the verifiers' certificate)
+		// is wrong, and waiting cannot fix it. One that has not yet
+		// answered so keeps the retries going (a relay may sit in
+		// front of one replica only).
+		if wrongPin[ep] = true; len(wrongPin) == len(c.cfg.Endpoints) {
+			return fmt.Errorf("no configured verifier matches the pins: %w", err)
+		}
+	}
+	return nil
 }
 
 // stopped is the error of a Get whose wait was cut short.

@@ -1,16 +1,11 @@
 package binding
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -192,60 +187,6 @@ func (e *Etcd) do(ctx context.Context, op, key string, req func(ctx context.Cont
 	e.log.Warn("etcd request failed", logkey.Method, op, logkey.Path, key, logkey.Error, err.Error())
 	return &attest.Refusal{Reason: latchkeyv1.Reason_UNAVAILABLE, Detail: EtcdUnavailableDetail,
 		Err: &EtcdUnavailableError{Op: op, Key: key, Err: err}}
-}
-
-// etcdRecord is a record's value in etcd.
-type etcdRecord struct {
-	Schema int `json:"schema"`
-	fileRecord
-}
-
-func encodeEtcd(r Record) (string, error) {
-	if err := checkGenerationPtr(r.KeyGeneration); err != nil {
-		return "", err
-	}
-	data, err := json.Marshal(etcdRecord{Schema: etcdSchema, fileRecord: fileRecord(r)})
-	return string(data), err
-}
-
-// checkGenerationPtr is checkGeneration for a record's optional field.
-func checkGenerationPtr(gen *uint32) error {
-	if gen == nil {
-		return nil
-	}
-	return checkGeneration(*gen)
-}
-
-// decodeEtcd checks and decodes the value of key: at most 4 KiB, schema
-// 1, no unknown field, a valid record, and one that names key itself (a
-// record copied to another key is refused).
-func (e *Etcd) decodeEtcd(key string, value []byte) (Record, error) {
-	if len(value) > maxRecordFile {
-		return Record{}, fmt.Errorf("binding: etcd record %s is over %d bytes", key, maxRecordFile)
-	}
-	dec := json.NewDecoder(bytes.NewReader(value))
-	dec.DisallowUnknownFields()
-	var er etcdRecord
-	if err := dec.Decode(&er); err != nil {
-		return Record{}, fmt.Errorf("binding: etcd record %s: %w", key, err)
-	}
-	if dec.More() {
-		return Record{}, fmt.Errorf("binding: etcd record %s: data after the record", key)
-	}
-	if er.Schema != etcdSchema {
-		return Record{}, fmt.Errorf("binding: etcd record %s has schema %d, not %d", key, er.Schema, etcdSchema)
-	}
-	r := Record(er.fileRecord)
-	switch {
-	case checkGenerationPtr(r.KeyGeneration) != nil:
-		// Before validRecord, which refuses it too, so the reason is named.
-		return Record{}, fmt.Errorf("binding: etcd record %s: key generation %d is over %d", key, *r.KeyGeneration, MaxGeneration)
-	case !validRecord(r) || r.Created.IsZero():
-		return Record{}, fmt.Errorf("binding: etcd record %s is not a valid record", key)
-	case e.Key(r.Kind, r.Name) != key:
-		return Record{}, fmt.Errorf("binding: etcd record %s does not name itself", key)
-	}
-	return r, nil
 }
 
 // get reads key linearizably: the record and its ModRevision, or
@@ -503,151 +444,4 @@ func (e *Etcd) List(ctx context.Context) ([]Record, error) {
 		return out, err
 	}
 	return out, nil
-}
-
-// ImportConflictError is a record import refused because etcd holds
-// another binding for the same name.
-type ImportConflictError struct {
-	Key        string
-	Have, Want Record
-}
-
-func (e *ImportConflictError) Error() string {
-	return fmt.Sprintf("binding: etcd record %s is bound to %q; the imported record says %q", e.Key, describeBinding(e.Have), describeBinding(e.Want))
-}
-
-func describeBinding(r Record) string {
-	if r.Bound() {
-		return r.Identity
-	}
-	return "released"
-}
-
-// Import writes r when its key is absent (created true). A record already
-// there with the same binding (the same identity, or both released) is
-// left as it is, so an import can run again; one with another binding is
-// an *ImportConflictError and nothing is written.
-func (e *Etcd) Import(ctx context.Context, r Record) (created bool, err error) {
-	if !validRecord(r) || r.Created.IsZero() {
-		return false, fmt.Errorf("%w: %s %s", ErrInvalid, r.Kind, r.Name)
-	}
-	key := e.Key(r.Kind, r.Name)
-	val, err := encodeEtcd(r)
-	if err != nil {
-		return false, err
-	}
-	var resp *clientv3.TxnResponse
-	err = e.do(ctx, OpImport, key, func(ctx context.Context) (err error) {
-		resp, err = e.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, val)).Else(clientv3.OpGet(key)).Commit()
-		return err
-	})
-	if err != nil {
-		return false, err
-	}
-	if resp.Succeeded {
-		return true, nil
-	}
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) == 0 {
-		return false, fmt.Errorf("binding: etcd record %s was deleted during the import; run it again", key)
-	}
-	have, err := e.decodeEtcd(key, kvs[0].Value)
-	if err != nil {
-		return false, err
-	}
-	if have.Identity != r.Identity {
-		return false, &ImportConflictError{Key: key, Have: have, Want: r}
-	}
-	return false, nil
-}
-
-// EtcdStatus is what `latchkey-verifier store check` reports.
-type EtcdStatus struct {
-	// Records is the number of valid records; Skipped reports the
-	// invalid ones (nil when none).
-	Records int
-	Skipped []SkippedRecord
-}
-
-// Check proves the store works for this verifier: a linearizable read and
-// a write and delete of a probe key under the prefix (the permissions a
-// replica needs), then a listing that counts the records and reports the
-// invalid ones.
-func (e *Etcd) Check(ctx context.Context) (EtcdStatus, error) {
-	probe := strings.TrimSuffix(e.prefix, "bindings/") + "check/probe"
-	err := e.do(ctx, OpCheck, probe, func(ctx context.Context) error {
-		if _, err := e.cli.Put(ctx, probe, e.now().UTC().Format(time.RFC3339)); err != nil {
-			return fmt.Errorf("write: %w", err)
-		}
-		if _, err := e.cli.Delete(ctx, probe); err != nil {
-			return fmt.Errorf("delete: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return EtcdStatus{}, errors.Join(errors.Unwrap(err), e.diagnose())
-	}
-	recs, err := e.List(ctx)
-	skipped, err := Skipped(err)
-	if err != nil {
-		return EtcdStatus{}, errors.Unwrap(err)
-	}
-	return EtcdStatus{Records: len(recs), Skipped: skipped}, nil
-}
-
-// diagnose connects to every endpoint and reports the ones that cannot
-// be reached or refuse this verifier's TLS: a rejected client
-// certificate surfaces only as a timeout through the etcd client, which
-// retries, so Check says which endpoint refused it and why.
-func (e *Etcd) diagnose() error {
-	var errs []error
-	for _, ep := range e.endpoints {
-		u, err := url.Parse(ep)
-		if err != nil {
-			continue
-		}
-		if err := probeEndpoint(u.Host, e.tls, e.timeout); err != nil {
-			errs = append(errs, fmt.Errorf("endpoint %s: %w", ep, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// probeEndpoint dials addr (with TLS when tc is set) and reads once: a
-// server that rejects the client certificate answers with a TLS alert,
-// which the read returns (TLS 1.3 sends it after the handshake).
-func probeEndpoint(addr string, tc *tls.Config, timeout time.Duration) error {
-	d := &net.Dialer{Timeout: timeout}
-	conn, err := d.Dial("tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if tc == nil {
-		return nil
-	}
-	tc = tc.Clone()
-	if tc.ServerName == "" {
-		tc.ServerName, _, _ = net.SplitHostPort(addr)
-	}
-	tconn := tls.Client(conn, tc)
-	_ = tconn.SetDeadline(time.Now().Add(timeout))
-	if err := tconn.Handshake(); err != nil {
-		return fmt.Errorf("tls: %w", err)
-	}
-	// The client's HTTP/2 preface makes the server answer (or alert).
-	if _, err := tconn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")); err != nil {
-		return fmt.Errorf("tls: %w", err)
-	}
-	_ = tconn.SetReadDeadline(time.Now().Add(time.Second))
-	var b [1]byte
-	if _, err := tconn.Read(b[:]); err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return nil
-		}
-		return fmt.Errorf("tls: %w", err)
-	}
-	return nil
 }

@@ -123,7 +123,7 @@ func EncodeGrant(g *latchkeyv1.OfflineGrant) ([]byte, error) {
 func DecodeGrant(b []byte) (*latchkeyv1.OfflineGrant, error) {
 	g := &latchkeyv1.OfflineGrant{}
 	if err := checkGrantEncoding(b); err != nil {
-		return nil, fmt.Errorf("offline token grant %v", err)
+		return nil, fmt.Errorf("offline token grant %w", err)
 	}
 	return g, proto.Unmarshal(b, g)
 }

@@ -2,14 +2,12 @@ package bootlog
 
 import (
 	"bytes"
-	"crypto"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"unicode/utf16"
@@ -124,34 +122,15 @@ func Replay(pcrs map[int][]byte, fwLog, sdLog []byte) (b *Boot, err error) {
 		return nil, attest.Refuse(latchkeyv1.Reason_MALFORMED, "%w", err)
 	}
 	byPCR := groupByPCR(raw)
-	sdByPCR := map[int][]wire.SystemdEvent{}
-	for i, e := range sd {
-		if e.PCR <= pcrSecureBoot {
-			return nil, mismatch("systemd event log record %d extends pcr %d, which only firmware measures", i, e.PCR)
-		}
-		sdByPCR[e.PCR] = append(sdByPCR[e.PCR], e)
+	sdByPCR, err := groupSystemd(sd)
+	if err != nil {
+		return nil, err
 	}
-	touched := slices.Sorted(maps.Keys(byPCR))
-	for p := range sdByPCR {
-		if !slices.Contains(touched, p) {
-			touched = append(touched, p)
-		}
+	touched, err := touchedPCRs(pcrs, byPCR, sdByPCR)
+	if err != nil {
+		return nil, err
 	}
-	slices.Sort(touched)
-	for _, p := range touched {
-		if _, ok := pcrs[p]; !ok {
-			return nil, mismatch("event log extends pcr %d, which the quote does not cover", p)
-		}
-	}
-	var fwOnly []register.MR
-	var own []int
-	for _, p := range touched {
-		if _, both := sdByPCR[p]; both || p == pcrBootApps || p == PCRKernel || p == pcrKernelArgs {
-			own = append(own, p)
-			continue
-		}
-		fwOnly = append(fwOnly, register.PCR{Index: p, Digest: pcrs[p], DigestAlg: crypto.SHA256})
-	}
+	fwOnly, own := splitReplay(pcrs, touched, sdByPCR)
 	// Firmware-only PCRs first: they are the lower ones (0-7), so the
 	// refusal names the earliest component that differs.
 	events, err := el.Verify(fwOnly)
@@ -214,19 +193,6 @@ func decodeLogs(fwLog, sdLog []byte) (*tcg.EventLog, []tcg.Event, []wire.Systemd
 		}
 	}
 	return el, raw, sd, nil
-}
-
-// groupByPCR lists the unverified firmware events of each PCR in log
-// order; it drops EV_NO_ACTION events, which extend nothing.
-func groupByPCR(raw []tcg.Event) map[int][]tcg.Event {
-	out := map[int][]tcg.Event{}
-	for _, e := range raw {
-		if e.Type == tcg.NoAction {
-			continue
-		}
-		out[e.Index] = append(out[e.Index], e)
-	}
-	return out
 }
 
 // replayFirmware folds firmware events the way TPM2_PCR_Extend does,

@@ -147,8 +147,11 @@ var signerAttributes = tpm2.TPMAObject{SignEncrypt: true, UserWithAuth: true}
 // signerTemplate is the grant key's TPMT_PUBLIC.
 func signerTemplate(pub *ecdsa.PublicKey) (tpm2.TPMTPublic, error) {
 	raw, err := pub.Bytes() // 0x04 || X || Y
-	if err != nil || len(raw) != 1+2*p256Size {
-		return tpm2.TPMTPublic{}, fmt.Errorf("offline: grant key point: %v", err)
+	if err != nil {
+		return tpm2.TPMTPublic{}, fmt.Errorf("offline: grant key point: %w", err)
+	}
+	if len(raw) != 1+2*p256Size {
+		return tpm2.TPMTPublic{}, fmt.Errorf("offline: grant key point: %d bytes, not %d", len(raw), 1+2*p256Size)
 	}
 	return tpm2.TPMTPublic{
 		Type:             tpm2.TPMAlgECC,
