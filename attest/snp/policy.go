@@ -3,7 +3,6 @@ package snp
 import (
 	"bytes"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"github.com/google/go-sev-guest/kds"
 	"github.com/google/go-sev-guest/verify/trust"
 
+	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/snp/wire"
 )
 
@@ -43,7 +43,7 @@ func tcbParts(t TCB) kds.TCBParts {
 
 // compiled is a Policy with every value decoded, ready for the hot path.
 type compiled struct {
-	measurements  byteSet
+	measurements  attest.ByteSet
 	minTCB        kds.TCBParts
 	minGuestSVN   uint32
 	provisional   bool
@@ -51,22 +51,14 @@ type compiled struct {
 	allowCXL      bool
 	smt           SMTMode
 	vmpls         [4]bool
-	idKeys        byteSet
-	authorKeys    byteSet
-	familyIDs     byteSet
-	imageIDs      byteSet
-	hostData      byteSet
+	idKeys        attest.ByteSet
+	authorKeys    attest.ByteSet
+	familyIDs     attest.ByteSet
+	imageIDs      attest.ByteSet
+	hostData      attest.ByteSet
 	bindHostData  bool
 	roots         map[string][]*trust.AMDRootCerts
 	rootsNotAfter map[string]time.Time
-}
-
-// byteSet is a set of fixed-size byte strings; nil means "not checked".
-type byteSet map[string]struct{}
-
-func (s byteSet) has(b []byte) bool {
-	_, ok := s[string(b)]
-	return ok
 }
 
 func compile(p Policy) (*compiled, error) {
@@ -100,7 +92,7 @@ func compile(p Policy) (*compiled, error) {
 
 func (c *compiled) compileLists(p Policy) error {
 	lists := []struct {
-		dst  *byteSet
+		dst  *attest.ByteSet
 		src  []string
 		size int
 		name string
@@ -113,35 +105,16 @@ func (c *compiled) compileLists(p Policy) error {
 		{&c.hostData, p.HostData, abi.HostDataSize, "hostData"},
 	}
 	for _, l := range lists {
-		set, err := hexSet(l.src, l.size, l.name)
+		set, err := attest.HexSet(l.src, l.size, l.name)
 		if err != nil {
 			return err
 		}
 		*l.dst = set
 	}
 	if c.measurements == nil {
-		c.measurements = byteSet{} // nothing listed: nothing accepted
+		c.measurements = attest.ByteSet{} // nothing listed: nothing accepted
 	}
 	return nil
-}
-
-// hexSet decodes a list of hex values of one size; nil for an empty list.
-func hexSet(list []string, size int, name string) (byteSet, error) {
-	if len(list) == 0 {
-		return nil, nil
-	}
-	set := make(byteSet, len(list))
-	for i, s := range list {
-		b, err := hex.DecodeString(s)
-		if err != nil {
-			return nil, fmt.Errorf("%s[%d]: not hex: %w", name, i, err)
-		}
-		if len(b) != size {
-			return nil, fmt.Errorf("%s[%d]: %d bytes, want %d", name, i, len(b), size)
-		}
-		set[string(b)] = struct{}{}
-	}
-	return set, nil
 }
 
 func parseSMT(m SMTMode) (SMTMode, error) {

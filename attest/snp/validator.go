@@ -144,7 +144,7 @@ func (v *Validator) CheckPolicy(s attest.State) error {
 	}
 	ev, der := st.ev, st.der
 	r := ev.Report
-	if !v.c.measurements.has(r.GetMeasurement()) {
+	if !v.c.measurements.Has(r.GetMeasurement()) {
 		return attest.Refuse(latchkeyv1.Reason_MEASUREMENT_NOT_ALLOWED,
 			"measurement %s is not in the policy", hex.EncodeToString(r.GetMeasurement()))
 	}
@@ -195,7 +195,7 @@ func (v *Validator) checkGuestPolicy(ev *wire.Evidence, gp abi.SnpPolicy) error 
 func (v *Validator) checkIdentity(ev *wire.Evidence) error {
 	r := ev.Report
 	fields := []struct {
-		set   byteSet
+		set   attest.ByteSet
 		value []byte
 		name  string
 	}{
@@ -206,7 +206,7 @@ func (v *Validator) checkIdentity(ev *wire.Evidence) error {
 		{v.c.hostData, r.GetHostData(), "HOST_DATA"},
 	}
 	for _, f := range fields {
-		if f.set != nil && !f.set.has(f.value) {
+		if f.set != nil && !f.set.Has(f.value) {
 			return policyMismatch("%s %s is not in the policy", f.name, hex.EncodeToString(f.value))
 		}
 	}

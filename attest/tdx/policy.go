@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/google/go-tdx-guest/pcs"
+
+	"github.com/latchkey/latchkey/attest"
 )
 
 // Policy is the tdx section of the verifier's policy file: the trust
@@ -93,14 +95,14 @@ const (
 
 // compiled is a Policy with every value decoded, ready for the hot path.
 type compiled struct {
-	mrtds          byteSet
-	rtmrs          [numRTMRs]byteSet
+	mrtds          attest.ByteSet
+	rtmrs          [numRTMRs]attest.ByteSet
 	allowDebug     bool
-	attributes     byteSet
-	xfams          byteSet
-	mrConfigIDs    byteSet
-	mrOwners       byteSet
-	mrOwnerConfigs byteSet
+	attributes     attest.ByteSet
+	xfams          attest.ByteSet
+	mrConfigIDs    attest.ByteSet
+	mrOwners       attest.ByteSet
+	mrOwnerConfigs attest.ByteSet
 	minTeeTcbSvn   []byte
 	statuses       map[pcs.TcbComponentStatus]bool
 	bindMRConfigID bool
@@ -109,18 +111,10 @@ type compiled struct {
 	rootCerts      []*x509.Certificate
 }
 
-// byteSet is a set of fixed-size byte strings; nil means "not checked".
-type byteSet map[string]struct{}
-
-func (s byteSet) has(b []byte) bool {
-	_, ok := s[string(b)]
-	return ok
-}
-
 func compile(p Policy) (*compiled, error) {
 	c := &compiled{allowDebug: p.AllowDebug, bindMRConfigID: p.BindMRConfigID}
 	lists := []struct {
-		dst  *byteSet
+		dst  *attest.ByteSet
 		src  []string
 		size int
 		name string
@@ -133,14 +127,14 @@ func compile(p Policy) (*compiled, error) {
 		{&c.mrOwnerConfigs, p.MROwnerConfigs, measurementSize, "mrOwnerConfigs"},
 	}
 	for _, l := range lists {
-		set, err := hexSet(l.src, l.size, l.name)
+		set, err := attest.HexSet(l.src, l.size, l.name)
 		if err != nil {
 			return nil, err
 		}
 		*l.dst = set
 	}
 	if c.mrtds == nil {
-		c.mrtds = byteSet{} // nothing listed: nothing accepted
+		c.mrtds = attest.ByteSet{} // nothing listed: nothing accepted
 	}
 	if err := c.compileRTMRs(p.RTMRs); err != nil {
 		return nil, err
@@ -178,35 +172,16 @@ func (c *compiled) compileRTMRs(lists [][]string) error {
 		if i < len(lists) {
 			src = lists[i]
 		}
-		set, err := hexSet(src, measurementSize, fmt.Sprintf("rtmrs[%d]", i))
+		set, err := attest.HexSet(src, measurementSize, fmt.Sprintf("rtmrs[%d]", i))
 		if err != nil {
 			return err
 		}
 		if set == nil {
-			set = byteSet{zero: {}}
+			set = attest.ByteSet{zero: {}}
 		}
 		c.rtmrs[i] = set
 	}
 	return nil
-}
-
-// hexSet decodes a list of hex values of one size; nil for an empty list.
-func hexSet(list []string, size int, name string) (byteSet, error) {
-	if len(list) == 0 {
-		return nil, nil
-	}
-	set := make(byteSet, len(list))
-	for i, s := range list {
-		b, err := hex.DecodeString(s)
-		if err != nil {
-			return nil, fmt.Errorf("%s[%d]: not hex: %w", name, i, err)
-		}
-		if len(b) != size {
-			return nil, fmt.Errorf("%s[%d]: %d bytes, want %d", name, i, len(b), size)
-		}
-		set[string(b)] = struct{}{}
-	}
-	return set, nil
 }
 
 // acceptableStatuses are the TCB statuses a policy may list. Revoked is

@@ -178,11 +178,11 @@ func (v *Validator) CheckPolicy(s attest.State) error {
 		return attest.StateMismatch(latchkeyv1.Variant_VARIANT_TDX, s)
 	}
 	c := v.c
-	if !c.mrtds.has(st.MRTD) {
+	if !c.mrtds.Has(st.MRTD) {
 		return attest.Refuse(latchkeyv1.Reason_MEASUREMENT_NOT_ALLOWED, "MRTD %s is not in the policy", hex.EncodeToString(st.MRTD))
 	}
 	for i, r := range st.RTMRs {
-		if !c.rtmrs[i].has(r) {
+		if !c.rtmrs[i].Has(r) {
 			return attest.Refuse(latchkeyv1.Reason_PCR_MISMATCH, "RTMR[%d] %s is not in the policy", i, hex.EncodeToString(r))
 		}
 	}
@@ -213,7 +213,7 @@ func (c *compiled) checkCmdline(st *State) error {
 
 func (c *compiled) checkConfig(st *State) error {
 	fields := []struct {
-		set   byteSet
+		set   attest.ByteSet
 		value []byte
 		name  string
 	}{
@@ -224,7 +224,7 @@ func (c *compiled) checkConfig(st *State) error {
 		{c.mrOwnerConfigs, st.MROwnerConfig, "MROWNERCONFIG"},
 	}
 	for _, f := range fields {
-		if f.set != nil && !f.set.has(f.value) {
+		if f.set != nil && !f.set.Has(f.value) {
 			return attest.Refuse(latchkeyv1.Reason_GUEST_POLICY_MISMATCH, "%s %s is not in the policy", f.name, hex.EncodeToString(f.value))
 		}
 	}
