@@ -185,19 +185,27 @@ func (d *Dir) Release(_ context.Context, kind Kind, name, by string) (Record, er
 		return Record{}, err
 	}
 	var was Record
-	err := d.update(kind, name, func(r Record) (*Record, error) {
-		if !r.Bound() {
-			return nil, fmt.Errorf("%w: %s %s was already released", ErrNotFound, kind, name)
-		}
-		was = r
-		return &Record{Kind: kind, Name: name, Created: r.Created, Released: d.now().UTC().Truncate(time.Second), ReleasedBy: by,
-			KeyGeneration: r.KeyGeneration}, nil
-	})
+	err := d.update(kind, name, release(kind, name, by, d.now(), &was))
 	if err != nil {
 		return Record{}, err
 	}
 	d.log.Warn("binding released", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, was.Identity, logkey.By, by)
 	return was, nil
+}
+
+// release is Release's change, for the stores that keep Records (Dir,
+// Etcd): a bound record becomes a tombstone that keeps its creation time
+// and the disk's key generation (`secret retire` still sees it), and the
+// record as it was is left in was for the audit line.
+func release(kind Kind, name, by string, now time.Time, was *Record) func(Record) (*Record, error) {
+	return func(r Record) (*Record, error) {
+		if !r.Bound() {
+			return nil, fmt.Errorf("%w: %s %s was already released", ErrNotFound, kind, name)
+		}
+		*was = r
+		return &Record{Kind: kind, Name: name, Created: r.Created, Released: now.UTC().Truncate(time.Second), ReleasedBy: by,
+			KeyGeneration: r.KeyGeneration}, nil
+	}
 }
 
 // List implements Store; an unreadable file is skipped and reported

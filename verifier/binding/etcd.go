@@ -355,25 +355,11 @@ func (e *Etcd) SetToken(ctx context.Context, node, identity, tokenID string) err
 
 // SetKeyGeneration implements GenerationRecorder.
 func (e *Etcd) SetKeyGeneration(ctx context.Context, disk, identity string, gen uint32) error {
-	if err := validate(Disk, disk, identity, true); err != nil {
+	change, err := setGeneration(disk, identity, gen)
+	if err != nil {
 		return err
 	}
-	if err := checkGeneration(gen); err != nil {
-		return err
-	}
-	return e.update(ctx, OpUpdate, Disk, disk, func(r Record) (*Record, error) {
-		if !r.Bound() {
-			return nil, fmt.Errorf("%w: disk %s was released", ErrNotFound, disk)
-		}
-		if err := Check(r, identity); err != nil {
-			return nil, err
-		}
-		if r.KeyGeneration != nil && *r.KeyGeneration == gen {
-			return nil, nil
-		}
-		r.KeyGeneration = &gen
-		return &r, nil
-	})
+	return e.update(ctx, OpUpdate, Disk, disk, change)
 }
 
 // Release implements Store. The record is not deleted: it stays as a
@@ -385,14 +371,7 @@ func (e *Etcd) Release(ctx context.Context, kind Kind, name, by string) (Record,
 		return Record{}, err
 	}
 	var was Record
-	err := e.update(ctx, OpRelease, kind, name, func(r Record) (*Record, error) {
-		if !r.Bound() {
-			return nil, fmt.Errorf("%w: %s %s was already released", ErrNotFound, kind, name)
-		}
-		was = r
-		return &Record{Kind: kind, Name: name, Created: r.Created, Released: e.now().UTC().Truncate(time.Second), ReleasedBy: by,
-			KeyGeneration: r.KeyGeneration}, nil
-	})
+	err := e.update(ctx, OpRelease, kind, name, release(kind, name, by, e.now(), &was))
 	if err != nil {
 		return Record{}, err
 	}

@@ -59,13 +59,24 @@ func parseGeneration(s string) (uint32, error) {
 
 // SetKeyGeneration implements GenerationRecorder.
 func (d *Dir) SetKeyGeneration(_ context.Context, disk, identity string, gen uint32) error {
-	if err := validate(Disk, disk, identity, true); err != nil {
+	change, err := setGeneration(disk, identity, gen)
+	if err != nil {
 		return err
+	}
+	return d.update(Disk, disk, change)
+}
+
+// setGeneration is SetKeyGeneration's change to a bound disk record, for
+// the stores that keep Records (Dir, Etcd): the record must be bound to
+// identity, and an unchanged generation stores nothing.
+func setGeneration(disk, identity string, gen uint32) (func(Record) (*Record, error), error) {
+	if err := validate(Disk, disk, identity, true); err != nil {
+		return nil, err
 	}
 	if err := checkGeneration(gen); err != nil {
-		return err
+		return nil, err
 	}
-	return d.update(Disk, disk, func(r Record) (*Record, error) {
+	return func(r Record) (*Record, error) {
 		if !r.Bound() {
 			return nil, fmt.Errorf("%w: disk %s was released", ErrNotFound, disk)
 		}
@@ -77,7 +88,7 @@ func (d *Dir) SetKeyGeneration(_ context.Context, disk, identity string, gen uin
 		}
 		r.KeyGeneration = &gen
 		return &r, nil
-	})
+	}, nil
 }
 
 // SetKeyGeneration implements GenerationRecorder, with the optimistic,
