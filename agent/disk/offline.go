@@ -98,20 +98,11 @@ func (l *LUKS) writeOffline(ctx context.Context, uuid string, tok *OfflineToken)
 	if err != nil || primary == nil {
 		return err
 	}
-	for _, w := range []struct {
-		data []byte
-		at   int64
-		step Step
-	}{{primary, 0, StepOfflinePrimaryWritten}, {second, luks2.SecondaryOffset, StepOfflineSecondaryWritten}} {
-		if err := d.write(w.data, w.at); err != nil {
-			return err
-		}
-		if err := d.sync(); err != nil {
-			return err
-		}
-		if err := l.fault(w.step); err != nil {
-			return err
-		}
+	if err := l.writeInOrder(d, []orderedWrite{
+		{primary, 0, StepOfflinePrimaryWritten},
+		{second, luks2.SecondaryOffset, StepOfflineSecondaryWritten},
+	}); err != nil {
+		return err
 	}
 	l.cfg.Logger.Info("state disk: offline token written", slog.String(logkey.DiskUUID, uuid), slog.Bool(logkey.OfflineHeld, tok != nil))
 	return nil

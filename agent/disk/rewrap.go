@@ -270,11 +270,7 @@ func (w *rewrapWrite) check(head []byte, key []byte) error {
 // writeRewrap writes w in the documented order (steps 2 to 5), each write
 // followed by an fsync and the step's fault point.
 func (l *LUKS) writeRewrap(d *device, w *rewrapWrite) error {
-	steps := []struct {
-		data []byte
-		at   int64
-		step Step
-	}{
+	steps := []orderedWrite{
 		{w.keyslot, w.keyslotAt, StepRewrapKeyslotWritten},
 		{w.primary, 0, StepRewrapPrimaryWritten},
 		{w.second, luks2.SecondaryOffset, StepRewrapSecondaryWritten},
@@ -283,6 +279,21 @@ func (l *LUKS) writeRewrap(d *device, w *rewrapWrite) error {
 	if w.finishing {
 		steps = steps[2:]
 	}
+	return l.writeInOrder(d, steps)
+}
+
+// orderedWrite is one write of a header change whose order is its crash
+// safety: data at at, then the fault point step.
+type orderedWrite struct {
+	data []byte
+	at   int64
+	step Step
+}
+
+// writeInOrder makes each write durable (write, fsync) before the next,
+// passing each step's fault point, so a crash leaves exactly one of the
+// states the header validator accepts.
+func (l *LUKS) writeInOrder(d *device, steps []orderedWrite) error {
 	for _, s := range steps {
 		if err := d.write(s.data, s.at); err != nil {
 			return err
