@@ -16,7 +16,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -79,33 +78,13 @@ func runBaseline(b *testing.B, env k8stest.Env, run string, n int) *baseline {
 	ctx, cancel := context.WithTimeout(context.Background(), *flagTimeout)
 	defer cancel()
 	cp0, self0 := env.CPU(b), benchtest.SelfCPU(b)
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	gate := make(chan struct{})
-	start := time.Now()
-	for _, nd := range nodes {
-		wg.Go(func() {
-			<-gate
-			j := joined{kind: "base", start: time.Since(start)}
-			j.ticket = j.start // no ticket: the token was made in advance
-			_, err := kubeletBootstrap(ctx, tk, nd.name, func() { j.cert = time.Since(start) })
-			j.done = time.Since(start)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				r.failed++
-				if r.firstErr == nil {
-					r.firstErr = fmt.Errorf("%s: %w", nd.name, err)
-				}
-				return
-			}
-			r.joins = append(r.joins, j)
-		})
-	}
-	start = time.Now()
-	close(gate)
-	wg.Wait()
-	r.wall = time.Since(start)
+	r.joins, r.failed, r.firstErr, r.wall = joinAtOnce(nodes, func(nd *node, start time.Time) (joined, error) {
+		j := joined{kind: "base", start: time.Since(start)}
+		j.ticket = j.start // no ticket: the token was made in advance
+		_, err := kubeletBootstrap(ctx, tk, nd.name, func() { j.cert = time.Since(start) })
+		j.done = time.Since(start)
+		return j, err
+	})
 	cp1, self1 := env.CPU(b), benchtest.SelfCPU(b)
 	r.generatorCPU = self1 - self0
 	r.controlPlaneCPU = map[string]time.Duration{}

@@ -147,30 +147,9 @@ func runStorm(b *testing.B, env k8stest.Env) *result {
 
 	ctx, cancel := context.WithTimeout(context.Background(), *flagTimeout)
 	defer cancel()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	gate := make(chan struct{})
-	start := time.Now()
-	for _, n := range nodes {
-		wg.Go(func() {
-			<-gate
-			j, err := wholeJoin(ctx, n, start)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				r.failed++
-				if r.firstErr == nil {
-					r.firstErr = fmt.Errorf("%s: %w", n.name, err)
-				}
-				return
-			}
-			r.joins = append(r.joins, j)
-		})
-	}
-	start = time.Now()
-	close(gate)
-	wg.Wait()
-	r.wall = time.Since(start)
+	r.joins, r.failed, r.firstErr, r.wall = joinAtOnce(nodes, func(n *node, start time.Time) (joined, error) {
+		return wholeJoin(ctx, n, start)
+	})
 	cp1, v1, self1 := env.CPU(b), v.cpu(b), benchtest.SelfCPU(b)
 	r.verifierCPU, r.generatorCPU = v1-v0, self1-self0
 	r.controlPlaneCPU = map[string]time.Duration{}
@@ -448,4 +427,36 @@ func deleteNodes(admin kubernetes.Interface, nodes []*node) {
 	}
 	close(work)
 	wg.Wait()
+}
+
+// joinAtOnce starts join for every node at the same instant (the
+// goroutines wait on one gate) and collects what they return: the joins
+// that succeeded, how many failed and the first failure, and the wall time
+// from the gate's opening to the last join's end. start, passed to join,
+// is that opening.
+func joinAtOnce(nodes []*node, join func(n *node, start time.Time) (joined, error)) (joins []joined, failed int, firstErr error, wall time.Duration) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	var start time.Time
+	for _, n := range nodes {
+		wg.Go(func() {
+			<-gate
+			j, err := join(n, start)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed++
+				if firstErr == nil {
+					firstErr = fmt.Errorf("%s: %w", n.name, err)
+				}
+				return
+			}
+			joins = append(joins, j)
+		})
+	}
+	start = time.Now()
+	close(gate)
+	wg.Wait()
+	return joins, failed, firstErr, time.Since(start)
 }
