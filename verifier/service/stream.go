@@ -92,11 +92,15 @@ func (s *Service) challenger(stream latchkeyv1.JoinService_JoinServer, out *outc
 		if n > MaxChallenges {
 			return nil, fmt.Errorf("more than %d challenges in one join", MaxChallenges)
 		}
+		// Park before the send: once the agent holds the challenge the
+		// slot is already free, so nothing (an observer of the in-flight
+		// count included) sees a waiting join holding one.
+		resume := s.parkForChallenge(stream.Context(), out)
 		msg := &latchkeyv1.VerifierMessage{Msg: &latchkeyv1.VerifierMessage_Challenge{Challenge: &latchkeyv1.Challenge{Payload: payload}}}
 		if err := stream.Send(msg); err != nil {
+			_ = resume(false)
 			return nil, fmt.Errorf("send challenge: %w", err)
 		}
-		resume := s.parkForChallenge(stream.Context(), out)
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.ChallengeTimeout)
 		m, err := recv(cctx, stream)
 		timedOut := errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
