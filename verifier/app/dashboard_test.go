@@ -171,7 +171,14 @@ func TestMonitoringPackQueriesOnlyExportedMetrics(t *testing.T) {
 	r.stop()
 	cfg.MetricsListen = freeAddr(t)
 	startRig(t, sim, cfg)
-	have = append(have, exported(scrape(t, cfg.MetricsListen))...)
+	// The disks-by-generation gauge is counted by a loop that starts
+	// with the verifier: the first scrape can precede its first count.
+	var second []string
+	waitFor(t, "the first disks-by-generation count", func() bool {
+		second = exported(scrape(t, cfg.MetricsListen))
+		return slices.Contains(second, "latchkey_verifier_disks_by_key_generation")
+	})
+	have = append(have, second...)
 
 	rf := readRules(t)
 	recorded := []string{}
