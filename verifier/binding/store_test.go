@@ -11,7 +11,11 @@ import (
 	"sync"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/latchkey/latchkey/verifier/binding"
 )
@@ -181,12 +185,53 @@ func TestDirStore(t *testing.T) {
 // Unit test of the Lease store's logic on a fake clientset; the same
 // contract runs against the real API server in k8s_test.go.
 func TestLeaseStoreFake(t *testing.T) {
-	s, err := binding.NewLeases(binding.LeaseConfig{Client: fake.NewClientset(), Logger: slog.New(slog.DiscardHandler)})
+	s, err := binding.NewLeases(binding.LeaseConfig{Client: optimisticClientset(), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testStore(t, s, "", diskU)
 	testGenerationStore(t, s, diskG1, diskG2)
+}
+
+// optimisticClientset is client-go's fake with the API server's
+// optimistic concurrency for Leases: the fake's tracker stores no
+// resourceVersion and so lets every Update win, and the store contract's
+// racing claims of a released name (a Get, then an Update carrying the
+// Get's resourceVersion) would then have several winners. Here a create
+// sets a resourceVersion and an update whose resourceVersion is not the
+// stored one is a Conflict, as on a real API server (the k8s tier runs
+// the same contract there). The fake runs its reactors under one lock,
+// so the check and the store are one step.
+func optimisticClientset() *fake.Clientset {
+	c := fake.NewClientset()
+	next := 0
+	stamp := func(obj runtime.Object) {
+		next++
+		m, _ := meta.Accessor(obj)
+		m.SetResourceVersion(fmt.Sprint(next))
+	}
+	c.PrependReactor("create", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		stamp(a.(k8stesting.CreateAction).GetObject())
+		return false, nil, nil
+	})
+	c.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		obj := a.(k8stesting.UpdateAction).GetObject()
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return true, nil, err
+		}
+		cur, err := c.Tracker().Get(a.GetResource(), a.GetNamespace(), m.GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		if cm, _ := meta.Accessor(cur); m.GetResourceVersion() != cm.GetResourceVersion() {
+			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), m.GetName(),
+				fmt.Errorf("resourceVersion %q is not the stored %q", m.GetResourceVersion(), cm.GetResourceVersion()))
+		}
+		stamp(obj)
+		return false, nil, nil
+	})
+	return c
 }
 
 func TestObjectNameOfLongNodeName(t *testing.T) {
