@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/go-tdx-guest/abi"
@@ -104,10 +105,12 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 //     zero bytes.
 //  9. Event log [EVENT_LOG_MISMATCH], when the evidence carries one: the
 //     ACPI CCEL table names a TDX log, and go-eventlog's replay of every
-//     RTMR the log extends gives the quoted value; the state then holds
-//     what the replayed events say (the kernel command line a boot
-//     loader measured, the EFI applications loaded), nothing from events
-//     that did not replay.
+//     RTMR the log extends gives the quoted value; the replayed events
+//     read as a component view (Boot: Secure Boot variables that hash to
+//     their digests, systemd-stub section pairs named once each). The
+//     state then holds what the replayed events say (that view, the
+//     kernel command line a boot loader measured, the EFI applications
+//     loaded), nothing from events that did not replay.
 func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, _ attest.RoundTrip) (*attest.Verified, error) {
 	if len(binding) != attest.BindingSize {
 		return nil, fmt.Errorf("tdx: binding is %d bytes, want %d", len(binding), attest.BindingSize)
@@ -168,9 +171,16 @@ func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, _ atte
 //     it has a major version) and the QE's TCB level exist (checks 6 and 7
 //     found one each) and their statuses are each in Policy.TCBStatuses
 //     (UpToDate alone by default).
-//  16. Kernel command line [CMDLINE_NOT_ALLOWED], when
-//     Policy.KernelCmdlines lists any: the replayed event log (check 9)
-//     holds a measured command line, and it is listed. No log, or a log
+//  16. Boot components, when Policy.Boot is set: the component view of
+//     the replayed event log (Boot) passes compiledBoot.check (the UKI,
+//     boot loaders, Secure Boot, unexplained RTMR[2] measurements; its
+//     doc comment lists the reasons).
+//  17. Kernel command line [CMDLINE_NOT_ALLOWED], when
+//     Policy.KernelCmdlines lists any: a measured UKI .cmdline section
+//     is SHA-384 of a listed line (with or without one trailing newline
+//     or NUL); the replayed event log (check 9) holds a measured command
+//     line (a boot loader's, or one passed to systemd-stub) or a .cmdline
+//     section, and a measured command line is listed. No log, or a log
 //     that measures none, is refused.
 func (v *Validator) CheckPolicy(s attest.State) error {
 	st, ok := s.(*State)
@@ -195,11 +205,26 @@ func (v *Validator) CheckPolicy(s attest.State) error {
 	if err := c.checkTCB(st); err != nil {
 		return err
 	}
+	if c.boot != nil {
+		if err := c.boot.check(st, c.cmdlines != nil); err != nil {
+			return err
+		}
+	}
 	return c.checkCmdline(st)
 }
 
 func (c *compiled) checkCmdline(st *State) error {
 	if c.cmdlines == nil {
+		return nil
+	}
+	var section bool
+	if st.Boot != nil {
+		var s UKISection
+		if s, section = st.Boot.section(".cmdline"); section && !slices.Contains(c.cmdlineDigests, s.Digest) {
+			return attest.Refuse(latchkeyv1.Reason_CMDLINE_NOT_ALLOWED, "uki .cmdline %s in rtmr 2 is not an allowed kernel command line", name384(s.Digest))
+		}
+	}
+	if section && !st.HasKernelCmdline {
 		return nil
 	}
 	if !st.EventLog || !st.HasKernelCmdline {

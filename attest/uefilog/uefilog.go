@@ -3,6 +3,8 @@ package uefilog
 import (
 	"crypto"
 	"encoding/binary"
+	"encoding/hex"
+	"fmt"
 	"strings"
 	"unicode/utf16"
 )
@@ -83,4 +85,20 @@ func DecodeText(b []byte) string {
 		return string(utf16.Decode(u))
 	}
 	return string(b)
+}
+
+// ParseDigests reads "<alg>:<lower-case hex>" digests of size bytes, the
+// form component policies list measurements in; field names the policy
+// field in errors.
+func ParseDigests(field, alg string, size int, in []string) ([][]byte, error) {
+	out := make([][]byte, 0, len(in))
+	for i, s := range in {
+		h, ok := strings.CutPrefix(s, alg+":")
+		raw, err := hex.DecodeString(h)
+		if !ok || err != nil || len(raw) != size || h != strings.ToLower(h) {
+			return nil, fmt.Errorf("%s[%d]: %q is not %s:<%d lower-case hex digits>", field, i, s, alg, 2*size)
+		}
+		out = append(out, raw)
+	}
+	return out, nil
 }
