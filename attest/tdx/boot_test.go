@@ -47,7 +47,6 @@ type ukiFixture struct {
 	db       []byte
 	otherDB  []byte
 	policy   func(*Policy)
-	honest   *tdxtest.CCEL
 	unlisted [48]byte
 }
 
@@ -299,7 +298,9 @@ func TestBootPolicyKernelMeasurements(t *testing.T) {
 		// its content does not hash to the digest.
 		edited := b
 		edited.Edit = editEvent(func(r int, _ []byte, d [48]byte) bool { return r == 2 && d == extra },
-			func(typ uint32, _ []byte, d [48]byte) (uint32, []byte, [48]byte) { return typ, tdxtest.UTF16(".ucode"), d })
+			func(typ uint32, _ []byte, d [48]byte) (uint32, []byte, [48]byte) {
+				return typ, tdxtest.UTF16(".ucode"), d
+			})
 		_, err = f.run(t, b, edited, nil)
 		wantRefusal(t, err, latchkeyv1.Reason_EVENT_LOG_MISMATCH, "rtmr 2: measurement 7 ("+name384(extra)+")")
 	})
