@@ -5,8 +5,11 @@ import (
 	"crypto"
 	"crypto/sha512"
 	"crypto/x509"
+	"errors"
+	"fmt"
 
 	"github.com/google/go-eventlog/extract"
+	"github.com/google/go-eventlog/register"
 	"github.com/google/go-eventlog/tcg"
 
 	"github.com/latchkey/latchkey/attest"
@@ -70,6 +73,84 @@ type Boot struct {
 
 	// kernelEvents counts the RTMR[2] measurements.
 	kernelEvents int
+	// roles, when not nil, records each event's Role (and sectionOf its
+	// section's name) by RTMR and position in it.
+	roles     map[[2]int]Role
+	sectionOf map[[2]int]string
+}
+
+// Role is what the component view makes of one event of a CC event log.
+type Role int
+
+// The roles of RoleOf.
+const (
+	// RoleOther is any event of RTMR[0] or RTMR[3], and RTMR[1]'s
+	// structure (EFI actions, separators, the partition table).
+	RoleOther Role = iota
+	// RoleApplication is an RTMR[1] boot application.
+	RoleApplication
+	// RoleSectionName and RoleSectionData are a systemd-stub section
+	// pair in RTMR[2].
+	RoleSectionName
+	RoleSectionData
+	// RoleCmdline is the command line passed to systemd-stub.
+	RoleCmdline
+	// RoleUnexplained is any other RTMR[2] event.
+	RoleUnexplained
+)
+
+// LoggedEvent is one measurement of a CC event log with its role.
+type LoggedEvent struct {
+	// RTMR is the register it extends (the log's MR index minus one).
+	RTMR   int
+	Digest digest384
+	Role   Role
+	// Section names the section of a RoleSectionName or RoleSectionData.
+	Section string
+}
+
+// ReadLog reads a CC event log (the CCEL table's log area) into its
+// measurements, each with the role the component view gives it, by the
+// rules of Boot, and that view without the Secure Boot state. It does
+// not replay: the caller replays what it trusts (`policy predict` folds
+// a reference boot's events, some replaced, into predicted RTMRs).
+func ReadLog(log []byte) (out []LoggedEvent, b *Boot, err error) {
+	defer func() { // go-eventlog panics on some malformed events
+		if r := recover(); r != nil {
+			out, b, err = nil, nil, errors.New("CC event log: malformed event")
+		}
+	}()
+	el, err := tcg.ParseEventLog(log, tcg.ParseOpts{AllowPadding: true})
+	if err != nil {
+		return nil, nil, fmt.Errorf("CC event log: %w", err)
+	}
+	events := el.Events(register.HashSHA384)
+	by, err := byRTMR(events)
+	if err != nil {
+		return nil, nil, err
+	}
+	b = &Boot{roles: map[[2]int]Role{}, sectionOf: map[[2]int]string{}}
+	b.readApplications(by[rtmrBoot])
+	if err := b.readKernel(by[rtmrKernel]); err != nil {
+		return nil, nil, err
+	}
+	pos := map[int]int{}
+	for _, e := range events {
+		if e.UntrustedType() == tcg.NoAction {
+			continue
+		}
+		r := int(e.MRIndex()) - 1
+		key := [2]int{r, pos[r]}
+		pos[r]++
+		out = append(out, LoggedEvent{RTMR: r, Digest: digest384(e.ReplayedDigest()), Role: b.roles[key], Section: b.sectionOf[key]})
+	}
+	return out, b, nil
+}
+
+func (b *Boot) role(rtmr, i int, r Role) {
+	if b.roles != nil {
+		b.roles[[2]int{rtmr, i}] = r
+	}
 }
 
 // UKISection is one systemd-stub measurement of a UKI section.
@@ -103,15 +184,9 @@ var gptSignature = []byte("EFI PART")
 // readBoot builds the component view of replayed events; every failure
 // is EVENT_LOG_MISMATCH.
 func readBoot(events []tcg.Event) (*Boot, error) {
-	by := map[int][]tcg.Event{}
-	for _, e := range events {
-		if e.UntrustedType() == tcg.NoAction {
-			continue
-		}
-		if len(e.ReplayedDigest()) != sha512.Size384 {
-			return nil, mismatchf("CC event log: event %d has no sha384 digest", e.Num())
-		}
-		by[int(e.MRIndex())-1] = append(by[int(e.MRIndex())-1], e)
+	by, err := byRTMR(events)
+	if err != nil {
+		return nil, err
 	}
 	b := &Boot{}
 	if len(by[rtmrFirmware]) > 0 {
@@ -131,13 +206,31 @@ func readBoot(events []tcg.Event) (*Boot, error) {
 	return b, nil
 }
 
+// byRTMR groups measurements by RTMR.
+func byRTMR(events []tcg.Event) (map[int][]tcg.Event, error) {
+	by := map[int][]tcg.Event{}
+	for _, e := range events {
+		if e.UntrustedType() == tcg.NoAction {
+			continue
+		}
+		if len(e.ReplayedDigest()) != sha512.Size384 {
+			return nil, mismatchf("CC event log: event %d has no sha384 digest", e.Num())
+		}
+		if e.MRIndex() < 1 || e.MRIndex() > numRTMRs {
+			return nil, mismatchf("CC event log: event %d names MR index %d", e.Num(), e.MRIndex())
+		}
+		by[int(e.MRIndex())-1] = append(by[int(e.MRIndex())-1], e)
+	}
+	return by, nil
+}
+
 func mismatchf(format string, args ...any) error {
 	return attest.Refuse(latchkeyv1.Reason_EVENT_LOG_MISMATCH, format, args...)
 }
 
 func (b *Boot) readApplications(events []tcg.Event) {
 	attempt := 1
-	for _, e := range events {
+	for i, e := range events {
 		d := e.ReplayedDigest()
 		switch {
 		case string(d) == structure384.Returning:
@@ -146,6 +239,7 @@ func (b *Boot) readApplications(events []tcg.Event) {
 		case bytes.HasPrefix(e.RawData(), gptSignature) && uefilog.Verified(crypto.SHA384, e.RawData(), d):
 		default:
 			b.Applications = append(b.Applications, uefilog.Application[digest384]{Digest: digest384(d), Attempt: attempt})
+			b.role(rtmrBoot, i, RoleApplication)
 		}
 	}
 }
@@ -165,6 +259,11 @@ func (b *Boot) readKernel(events []tcg.Event) error {
 					return mismatchf("rtmr 2: section %s measured twice (measurement %d)", name, i+1)
 				}
 				b.UKISections = append(b.UKISections, UKISection{Name: name, Digest: digest384(events[i+1].ReplayedDigest())})
+				b.role(rtmrKernel, i, RoleSectionName)
+				b.role(rtmrKernel, i+1, RoleSectionData)
+				if b.sectionOf != nil {
+					b.sectionOf[[2]int{rtmrKernel, i}], b.sectionOf[[2]int{rtmrKernel, i + 1}] = name, name
+				}
 				run = i
 				i++
 				continue
@@ -175,9 +274,11 @@ func (b *Boot) readKernel(events []tcg.Event) error {
 		}
 		if !b.CmdlinePassed && isUTF16(e.RawData()) && uefilog.Verified(crypto.SHA384, e.RawData(), d[:]) {
 			b.Cmdline, b.CmdlinePassed = trimNUL(uefilog.DecodeText(e.RawData())), true
+			b.role(rtmrKernel, i, RoleCmdline)
 			continue
 		}
 		b.Unexplained = append(b.Unexplained, Measurement{Index: i + 1, Digest: d})
+		b.role(rtmrKernel, i, RoleUnexplained)
 	}
 	return nil
 }
