@@ -2,7 +2,10 @@
 // reference values a machine booting them shows: the Authenticode digests
 // UEFI firmware measures into PCR 4 for each EFI application (boot loader,
 // UKI), and the PCR 11 value systemd-stub and systemd-pcrphase leave for
-// each boot phase (what `systemd-measure calculate` computes). It backs
+// each boot phase (what `systemd-measure calculate` computes). For Intel
+// TDX (PredictTDX) the digests are SHA-384 and the RTMRs are a reference
+// boot's CC event log with the new boot chain substituted: the firmware's
+// own events cannot be derived from the artefacts. It backs
 // `latchkey-verifier policy predict`, whose output pastes into the policy.
 package predict
 
