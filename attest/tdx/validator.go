@@ -25,6 +25,7 @@ import (
 type Validator struct {
 	c    *compiled
 	coll *Collateral
+	pck  *pckCache
 	now  func() time.Time
 	// reportData is the REPORTDATA a binding must appear as
 	// (wire.ReportData); tests of quotes made elsewhere replace it.
@@ -44,7 +45,7 @@ func NewValidator(p Policy, c *Collateral, opts ...ValidatorOption) (*Validator,
 	if err != nil {
 		return nil, fmt.Errorf("tdx policy: %w", err)
 	}
-	v := &Validator{c: comp, coll: c, now: time.Now, reportData: wire.ReportData}
+	v := &Validator{c: comp, coll: c, pck: newPCKCache(), now: time.Now, reportData: wire.ReportData}
 	for _, o := range opts {
 		o(v)
 	}
@@ -73,7 +74,9 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 //     quote's intermediate (Intel SGX PCK Platform or Processor CA),
 //     chains to one of the policy's trusted roots (Intel's SGX root CA by
 //     default; the root the quote carries is ignored), and carries the
-//     SGX extensions (PPID, FMSPC, PCEID, TCB).
+//     SGX extensions (PPID, FMSPC, PCEID, TCB). A chain verified before
+//     (the same bytes) is taken from the validator's cache while the
+//     clock is inside every certificate's validity (pckCache).
 //  3. Collateral [COLLATERAL_MISSING when absent or out of date,
 //     UNTRUSTED_CHAIN when forged]: from the Collateral cache, the TDX
 //     TCB info for the PCK's FMSPC and the TD QE identity, each signed
@@ -323,8 +326,22 @@ type pckInfo struct {
 	ca                       string
 }
 
-// checkChain runs check 2.
+// checkChain runs check 2, through the validator's PCK chain cache.
 func (v *Validator) checkChain(q *pb.QuoteV4, now time.Time) (*pckInfo, error) {
+	key := chainKey(q)
+	if info := v.pck.get(key, now); info != nil {
+		return info, nil
+	}
+	info, err := v.verifyChain(q, now)
+	if err != nil {
+		return nil, err
+	}
+	v.pck.put(key, info)
+	return info, nil
+}
+
+// verifyChain is check 2 without the cache.
+func (v *Validator) verifyChain(q *pb.QuoteV4, now time.Time) (*pckInfo, error) {
 	chain, err := verify.ExtractChainFromQuote(q)
 	if err != nil {
 		return nil, untrusted("PCK certificate chain: %w", err)
