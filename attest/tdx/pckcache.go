@@ -75,10 +75,3 @@ func (c *pckCache) put(key [sha256.Size]byte, info *pckInfo) {
 	}
 	c.entries[key] = e
 }
-
-// len is the number of cached chains.
-func (c *pckCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.entries)
-}

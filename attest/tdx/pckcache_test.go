@@ -13,6 +13,13 @@ import (
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
+// len is the number of cached chains.
+func (c *pckCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}
+
 // TestPCKCache: a platform's second quote reuses its verified chain; a
 // chain with other bytes is verified afresh (and refused when it does not
 // chain), and outside the chain's validity the cached entry is not used,
