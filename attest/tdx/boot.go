@@ -39,7 +39,8 @@ type digest384 = [sha512.Size384]byte
 // is read as a whole:
 //
 //   - RTMR[0]: go-eventlog's Secure Boot extraction (every variable
-//     event's data must hash to its digest; unexpected types refused).
+//     event's data must hash to its digest; unexpected types refused; no
+//     authority measured before the separator), as the TPM path's PCR 7.
 //   - RTMR[1]: by digest. The EFI actions around boot attempts and
 //     ExitBootServices and the separators are structure (uefilog), and
 //     so is an event whose content hashes to its digest and starts with
@@ -194,6 +195,9 @@ func readBoot(events []tcg.Event) (*Boot, error) {
 		if err != nil {
 			return nil, mismatchf("CC event log: rtmr 0: %w", err)
 		}
+		if len(sb.PreSeparatorAuthority) != 0 {
+			return nil, mismatchf("CC event log: rtmr 0: %d authorities before the separator", len(sb.PreSeparatorAuthority))
+		}
 		b.SecureBootEnabled = sb.Enabled
 		for i := range sb.PermittedKeys {
 			b.DB = append(b.DB, &sb.PermittedKeys[i])
@@ -246,7 +250,7 @@ func (b *Boot) readApplications(events []tcg.Event) {
 
 func (b *Boot) readKernel(events []tcg.Event) error {
 	b.kernelEvents = len(events)
-	run := -1 // index of the first section name; -2 once the run ended
+	run := -1 // -1 before the section pairs, their last index in them, -2 after
 	for i := 0; i < len(events); i++ {
 		e := events[i]
 		d := digest384(e.ReplayedDigest())

@@ -221,6 +221,19 @@ func TestBootPolicySecureBoot(t *testing.T) {
 		_, err := f.run(t, off, edited, nil)
 		wantRefusal(t, err, latchkeyv1.Reason_EVENT_LOG_MISMATCH, "CC event log: rtmr 0:")
 	})
+	t.Run("authority before the separator", func(t *testing.T) {
+		// A firmware that measured an image verification before the
+		// separator: both the quote and the log carry it.
+		pre := f.boot
+		pre.Edit = editEvent(func(r int, data []byte, _ [48]byte) bool {
+			return r == 0 && bytes.Contains(data, tdxtest.UTF16("dbx")[:6]) && len(data) < 64
+		}, func(_ uint32, data []byte, _ [48]byte) (uint32, []byte, [48]byte) {
+			auth := append(append(bytes.Clone(data[:16]), 2, 0, 0, 0, 0, 0, 0, 0, byte(16+len(f.db)), byte((16+len(f.db))>>8), 0, 0, 0, 0, 0, 0, 'd', 0, 'b', 0), append(make([]byte, 16), f.db...)...)
+			return tdxtest.EvEFIAuthority, auth, sha512.Sum384(auth)
+		})
+		_, err := f.run(t, pre, pre, nil)
+		wantRefusal(t, err, latchkeyv1.Reason_EVENT_LOG_MISMATCH, "CC event log: rtmr 0: 1 authorities before the separator")
+	})
 	other := f.boot
 	other.DB = [][]byte{f.otherDB}
 	t.Run("db not listed", func(t *testing.T) {
