@@ -86,14 +86,13 @@ func compileBoot(p *BootPolicy) (*compiledBoot, error) {
 }
 
 func parseDigests(field string, in []string) ([][sha256.Size]byte, error) {
-	out := make([][sha256.Size]byte, 0, len(in))
-	for i, s := range in {
-		h, ok := strings.CutPrefix(s, "sha256:")
-		raw, err := hex.DecodeString(h)
-		if !ok || err != nil || len(raw) != sha256.Size || h != strings.ToLower(h) {
-			return nil, fmt.Errorf("%s[%d]: %q is not sha256:<64 lower-case hex digits>", field, i, s)
-		}
-		out = append(out, [sha256.Size]byte(raw))
+	ds, err := uefilog.ParseDigests(field, "sha256", sha256.Size, in)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][sha256.Size]byte, len(ds))
+	for i, d := range ds {
+		out[i] = [sha256.Size]byte(d)
 	}
 	return out, nil
 }
