@@ -195,7 +195,8 @@ AGENT_MODULES=(
 # cluster-bootstrap, klog: each of them initialises API schemes, flag sets
 # or regexps at start), gRPC's tracing and the templates it brings, or
 # verification code: an evidence variant's validator (attest/<variant>;
-# the agent's half is attest/<variant>/issuer, scripts/layercheck) or
+# the agent's half is attest/<variant>/issuer, scripts/layercheck; atls,
+# attesttest and uefilog under attest/ are shared, no variant) or
 # go-sev-guest's verify, validate, kds and check packages (the KDS
 # certificate profile, the AMD roots and their parsing: the issuer needs
 # only go-sev-guest's client and abi).
@@ -206,7 +207,7 @@ agent_links_only_allowed() {
     NF == 2 && !($2 in ok) { print $2 }' <<<"$deps" | sort -u)
   banned=$(awk '$1 ~ /^k8s\.io\// || $1 == "golang.org/x/net/trace" || $1 ~ /^(html|text)\/template$/ ||
     $1 ~ /^github\.com\/google\/go-sev-guest\/(verify|validate|kds|proto\/check)(\/|$)/ ||
-    ($1 ~ /^github\.com\/latchkey\/latchkey\/attest\/[^\/]+$/ && $1 !~ /\/attest\/(atls|attesttest)$/) { print $1 }' <<<"$deps")
+    ($1 ~ /^github\.com\/latchkey\/latchkey\/attest\/[^\/]+$/ && $1 !~ /\/attest\/(atls|attesttest|uefilog)$/) { print $1 }' <<<"$deps")
   if [[ -n $extra || -n $banned ]]; then
     [[ -z $extra ]] || echo "the agent links modules outside AGENT_MODULES (scripts/test.sh): ${extra//$'\n'/ }" >&2
     [[ -z $banned ]] || echo "the agent links packages it must not: ${banned//$'\n'/ }" >&2

@@ -22,8 +22,16 @@ func cpuTime(b *testing.B) time.Duration {
 // cache, then the policy step (on the verified state with its platform
 // TCB status set to UpToDate, since no level of the shipped TCB info
 // matches this platform). It reports the process CPU per op as
-// cpu-ns/op, comparable with attest/snp's BenchmarkValidate.
-func BenchmarkValidateTDX(b *testing.B) {
+// cpu-ns/op, comparable with attest/snp's BenchmarkValidate. Every join
+// after the first takes the PCK chain from the validator's cache, as a
+// platform's later joins do.
+func BenchmarkValidateTDX(b *testing.B) { benchValidateTDX(b, false) }
+
+// BenchmarkValidateTDXUncachedChain is BenchmarkValidateTDX with an empty
+// PCK chain cache at every join (a platform's first join).
+func BenchmarkValidateTDXUncachedChain(b *testing.B) { benchValidateTDX(b, true) }
+
+func benchValidateTDX(b *testing.B, uncached bool) {
 	dir := b.TempDir()
 	if err := FetchCollateral(context.Background(), tdxGetter(), Policy{}, realFMSPC, "platform", dir, verifyTime); err != nil {
 		b.Fatal(err)
@@ -46,6 +54,9 @@ func BenchmarkValidateTDX(b *testing.B) {
 	b.ReportMetric(float64(len(realQuote)), "quote-bytes")
 	start := cpuTime(b)
 	for b.Loop() {
+		if uncached {
+			v.pck = newPCKCache()
+		}
 		ver, err := v.Verify(ctx, ev, binding, nil)
 		if err != nil {
 			b.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-eventlog/ccel"
 	"github.com/google/go-eventlog/extract"
 	"github.com/google/go-eventlog/register"
+	"github.com/google/go-eventlog/tcg"
 	pb "github.com/google/go-tdx-guest/proto/tdx"
 
 	"github.com/latchkey/latchkey/attest"
@@ -17,6 +18,14 @@ import (
 // replayCCEL runs check 9: the CC event log, when the evidence carries
 // one, replays to the quote's RTMRs (RTMR[i] is the log's MR index i+1),
 // and only then is what its events say copied into st.
+//
+// go-eventlog's ReplayAndExtract checks the table, replays, and extracts
+// what a GRUB boot measured (checking each command against its digest).
+// A failed extraction refuses when RTMR[2] holds measurements and none
+// are systemd-stub's UKI sections: a UKI boot has no GRUB events (its
+// command line is the one passed to systemd-stub), and a boot that
+// measured nothing into RTMR[2] has nothing GRUB could have measured. The component view (readBoot) is read from the
+// replayed events whatever the boot loader.
 func replayCCEL(ev *wire.Evidence, q *pb.QuoteV4, st *State) (err error) {
 	if ev.CCEL == nil {
 		return nil
@@ -30,17 +39,31 @@ func replayCCEL(ev *wire.Evidence, q *pb.QuoteV4, st *State) (err error) {
 	for i, r := range q.GetTdQuoteBody().GetRtmrs() {
 		bank.RTMRs = append(bank.RTMRs, register.RTMR{Index: i, Digest: r})
 	}
-	fw, err := ccel.ReplayAndExtract(ev.CCELTable, ev.CCEL, bank, extract.Opts{Loader: extract.GRUB})
+	fw, extractErr := ccel.ReplayAndExtract(ev.CCELTable, ev.CCEL, bank, extract.Opts{Loader: extract.GRUB})
+	if fw == nil {
+		return attest.Refuse(latchkeyv1.Reason_EVENT_LOG_MISMATCH, "CC event log: %w", extractErr)
+	}
+	// The same parse and replay as above, which passed: the events.
+	events, err := tcg.ParseAndReplay(ev.CCEL, bank.MRs(), tcg.ParseOpts{AllowPadding: true})
 	if err != nil {
 		return attest.Refuse(latchkeyv1.Reason_EVENT_LOG_MISMATCH, "CC event log: %w", err)
 	}
-	st.EventLog = true
-	if k := fw.GetLinuxKernel(); k != nil {
-		// The boot loader measures the command line with its NUL.
-		st.KernelCmdline, st.HasKernelCmdline = strings.TrimSuffix(k.GetCommandLine(), "\x00"), true
+	b, err := readBoot(events)
+	if err != nil {
+		return err
 	}
-	for _, app := range fw.GetEfi().GetApps() {
-		st.EFIApps = append(st.EFIApps, hex.EncodeToString(app.GetDigest()))
+	switch {
+	case extractErr == nil && fw.GetLinuxKernel() != nil:
+		// The boot loader measures the command line with its NUL.
+		st.KernelCmdline, st.HasKernelCmdline = strings.TrimSuffix(fw.GetLinuxKernel().GetCommandLine(), "\x00"), true
+	case extractErr != nil && len(b.UKISections) == 0 && b.kernelEvents > 0:
+		return attest.Refuse(latchkeyv1.Reason_EVENT_LOG_MISMATCH, "CC event log: %w", extractErr)
+	case b.CmdlinePassed:
+		st.KernelCmdline, st.HasKernelCmdline = b.Cmdline, true
+	}
+	st.EventLog, st.Boot = true, b
+	for _, app := range b.Applications {
+		st.EFIApps = append(st.EFIApps, hex.EncodeToString(app.Digest[:]))
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package tdx
 
 import (
+	"crypto/sha512"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
@@ -72,6 +73,10 @@ type Policy struct {
 	// the verifier replays against the RTMRs: no log, or a log that
 	// measures no command line, is refused.
 	KernelCmdlines []string `json:"kernelCmdlines,omitempty"`
+	// Boot, when set, is the component policy over the replayed CC event
+	// log: UKI, boot loaders, Secure Boot state and db (BootPolicy). It
+	// requires the agent to send the CC event log.
+	Boot *BootPolicy `json:"boot,omitempty"`
 	// BindMRConfigID mixes MRCONFIGID into the machine identity disk UUIDs
 	// and node names are bound to ("tdx-ppid:<PPID>/mrconfigid:<hex>").
 	// Set it only when the platform gives every TD its own MRCONFIGID that
@@ -107,6 +112,8 @@ type compiled struct {
 	statuses       map[pcs.TcbComponentStatus]bool
 	bindMRConfigID bool
 	cmdlines       map[string]bool
+	cmdlineDigests []digest384
+	boot           *compiledBoot
 	roots          *x509.CertPool
 	rootCerts      []*x509.Certificate
 }
@@ -144,6 +151,13 @@ func compile(p Policy) (*compiled, error) {
 			c.cmdlines = map[string]bool{}
 		}
 		c.cmdlines[s] = true
+		for _, v := range []string{s, s + "\n", s + "\x00"} {
+			c.cmdlineDigests = append(c.cmdlineDigests, sha512.Sum384([]byte(v)))
+		}
+	}
+	var err error
+	if c.boot, err = compileBoot(p.Boot); err != nil {
+		return nil, err
 	}
 	if p.MinimumTeeTcbSvn != "" {
 		b, err := hex.DecodeString(p.MinimumTeeTcbSvn)
@@ -152,7 +166,6 @@ func compile(p Policy) (*compiled, error) {
 		}
 		c.minTeeTcbSvn = b
 	}
-	var err error
 	if c.statuses, err = parseStatuses(p.TCBStatuses); err != nil {
 		return nil, err
 	}

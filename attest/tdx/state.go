@@ -62,10 +62,14 @@ type State struct {
 	// the RTMRs; the fields below come from its events and are zero
 	// without one.
 	EventLog bool
-	// KernelCmdline is the kernel command line the boot loader measured
-	// (its trailing NUL cut), when HasKernelCmdline.
+	// KernelCmdline is the kernel command line a boot loader measured:
+	// GRUB's (go-eventlog's extraction) or the one passed to
+	// systemd-stub (Boot.Cmdline), its trailing NUL cut, when
+	// HasKernelCmdline.
 	KernelCmdline    string
 	HasKernelCmdline bool
+	// Boot is the component view of the replayed log (nil without one).
+	Boot *Boot
 	// EFIApps are the SHA-384 digests (hex) of the EFI applications the
 	// firmware loaded, in order.
 	EFIApps []string

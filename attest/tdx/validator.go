@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/go-tdx-guest/abi"
@@ -24,6 +25,7 @@ import (
 type Validator struct {
 	c    *compiled
 	coll *Collateral
+	pck  *pckCache
 	now  func() time.Time
 	// reportData is the REPORTDATA a binding must appear as
 	// (wire.ReportData); tests of quotes made elsewhere replace it.
@@ -43,7 +45,7 @@ func NewValidator(p Policy, c *Collateral, opts ...ValidatorOption) (*Validator,
 	if err != nil {
 		return nil, fmt.Errorf("tdx policy: %w", err)
 	}
-	v := &Validator{c: comp, coll: c, now: time.Now, reportData: wire.ReportData}
+	v := &Validator{c: comp, coll: c, pck: newPCKCache(), now: time.Now, reportData: wire.ReportData}
 	for _, o := range opts {
 		o(v)
 	}
@@ -72,7 +74,9 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 //     quote's intermediate (Intel SGX PCK Platform or Processor CA),
 //     chains to one of the policy's trusted roots (Intel's SGX root CA by
 //     default; the root the quote carries is ignored), and carries the
-//     SGX extensions (PPID, FMSPC, PCEID, TCB).
+//     SGX extensions (PPID, FMSPC, PCEID, TCB). A chain verified before
+//     (the same bytes) is taken from the validator's cache while the
+//     clock is inside every certificate's validity (pckCache).
 //  3. Collateral [COLLATERAL_MISSING when absent or out of date,
 //     UNTRUSTED_CHAIN when forged]: from the Collateral cache, the TDX
 //     TCB info for the PCK's FMSPC and the TD QE identity, each signed
@@ -104,10 +108,12 @@ func (v *Validator) Variant() latchkeyv1.Variant { return latchkeyv1.Variant_VAR
 //     zero bytes.
 //  9. Event log [EVENT_LOG_MISMATCH], when the evidence carries one: the
 //     ACPI CCEL table names a TDX log, and go-eventlog's replay of every
-//     RTMR the log extends gives the quoted value; the state then holds
-//     what the replayed events say (the kernel command line a boot
-//     loader measured, the EFI applications loaded), nothing from events
-//     that did not replay.
+//     RTMR the log extends gives the quoted value; the replayed events
+//     read as a component view (Boot: Secure Boot variables that hash to
+//     their digests, systemd-stub section pairs named once each). The
+//     state then holds what the replayed events say (that view, the
+//     kernel command line a boot loader measured, the EFI applications
+//     loaded), nothing from events that did not replay.
 func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, _ attest.RoundTrip) (*attest.Verified, error) {
 	if len(binding) != attest.BindingSize {
 		return nil, fmt.Errorf("tdx: binding is %d bytes, want %d", len(binding), attest.BindingSize)
@@ -168,9 +174,16 @@ func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, _ atte
 //     it has a major version) and the QE's TCB level exist (checks 6 and 7
 //     found one each) and their statuses are each in Policy.TCBStatuses
 //     (UpToDate alone by default).
-//  16. Kernel command line [CMDLINE_NOT_ALLOWED], when
-//     Policy.KernelCmdlines lists any: the replayed event log (check 9)
-//     holds a measured command line, and it is listed. No log, or a log
+//  16. Boot components, when Policy.Boot is set: the component view of
+//     the replayed event log (Boot) passes compiledBoot.check (the UKI,
+//     boot loaders, Secure Boot, unexplained RTMR[2] measurements; its
+//     doc comment lists the reasons).
+//  17. Kernel command line [CMDLINE_NOT_ALLOWED], when
+//     Policy.KernelCmdlines lists any: a measured UKI .cmdline section
+//     is SHA-384 of a listed line (with or without one trailing newline
+//     or NUL); the replayed event log (check 9) holds a measured command
+//     line (a boot loader's, or one passed to systemd-stub) or a .cmdline
+//     section, and a measured command line is listed. No log, or a log
 //     that measures none, is refused.
 func (v *Validator) CheckPolicy(s attest.State) error {
 	st, ok := s.(*State)
@@ -195,11 +208,26 @@ func (v *Validator) CheckPolicy(s attest.State) error {
 	if err := c.checkTCB(st); err != nil {
 		return err
 	}
+	if c.boot != nil {
+		if err := c.boot.check(st, c.cmdlines != nil); err != nil {
+			return err
+		}
+	}
 	return c.checkCmdline(st)
 }
 
 func (c *compiled) checkCmdline(st *State) error {
 	if c.cmdlines == nil {
+		return nil
+	}
+	var section bool
+	if st.Boot != nil {
+		var s UKISection
+		if s, section = st.Boot.section(".cmdline"); section && !slices.Contains(c.cmdlineDigests, s.Digest) {
+			return attest.Refuse(latchkeyv1.Reason_CMDLINE_NOT_ALLOWED, "uki .cmdline %s in rtmr 2 is not an allowed kernel command line", name384(s.Digest))
+		}
+	}
+	if section && !st.HasKernelCmdline {
 		return nil
 	}
 	if !st.EventLog || !st.HasKernelCmdline {
@@ -298,8 +326,22 @@ type pckInfo struct {
 	ca                       string
 }
 
-// checkChain runs check 2.
+// checkChain runs check 2, through the validator's PCK chain cache.
 func (v *Validator) checkChain(q *pb.QuoteV4, now time.Time) (*pckInfo, error) {
+	key := chainKey(q)
+	if info := v.pck.get(key, now); info != nil {
+		return info, nil
+	}
+	info, err := v.verifyChain(q, now)
+	if err != nil {
+		return nil, err
+	}
+	v.pck.put(key, info)
+	return info, nil
+}
+
+// verifyChain is check 2 without the cache.
+func (v *Validator) verifyChain(q *pb.QuoteV4, now time.Time) (*pckInfo, error) {
 	chain, err := verify.ExtractChainFromQuote(q)
 	if err != nil {
 		return nil, untrusted("PCK certificate chain: %w", err)

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/latchkey/latchkey/attest"
+	"github.com/latchkey/latchkey/attest/uefilog"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -85,14 +86,13 @@ func compileBoot(p *BootPolicy) (*compiledBoot, error) {
 }
 
 func parseDigests(field string, in []string) ([][sha256.Size]byte, error) {
-	out := make([][sha256.Size]byte, 0, len(in))
-	for i, s := range in {
-		h, ok := strings.CutPrefix(s, "sha256:")
-		raw, err := hex.DecodeString(h)
-		if !ok || err != nil || len(raw) != sha256.Size || h != strings.ToLower(h) {
-			return nil, fmt.Errorf("%s[%d]: %q is not sha256:<64 lower-case hex digits>", field, i, s)
-		}
-		out = append(out, [sha256.Size]byte(raw))
+	ds, err := uefilog.ParseDigests(field, "sha256", sha256.Size, in)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][sha256.Size]byte, len(ds))
+	for i, d := range ds {
+		out[i] = [sha256.Size]byte(d)
 	}
 	return out, nil
 }
@@ -171,62 +171,15 @@ func (c *compiledBoot) checkSecureBoot(b *Boot) error {
 
 func certDigest(c *x509.Certificate) string { return digestName(sha256.Sum256(c.Raw)) }
 
-// checkApplications is step 3. The logs cannot say which PCR 4
-// application systemd-stub ran from (that is the order of events across
-// PCRs, which nothing measures), so the policy places them: in the boot
-// attempt that ran systemd-stub, boot loaders (bootLoaders), then the UKI,
-// then what the UKI loaded itself (newer systemd-stub loads the embedded
-// kernel with LoadImage; its bytes are covered by the UKI's digest). The
-// UKI is the first application in ukis; failing that, with pcr11Signers,
-// the first one not in bootLoaders, which step 4 judges by PCR 11. Every
-// application of every other boot attempt, and every application when no
-// systemd-stub ran, must be a boot loader. It returns the UKI and whether
-// ukis admitted it.
+// checkApplications is step 3: uefilog's placement of the PCR 4
+// applications (its doc comment says how the UKI is found). It returns
+// the UKI and whether ukis admitted it.
 func (c *compiledBoot) checkApplications(b *Boot) (Application, bool, error) {
-	apps := b.Applications
-	if len(b.UKISections) == 0 {
-		if err := c.checkLoaders(apps); err != nil {
-			return Application{}, false, err
-		}
-		if len(c.ukis) > 0 || len(c.signers) > 0 {
-			return Application{}, false, attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "no uki in pcr 4: pcr 11 holds no systemd-stub section measurements")
-		}
-		return Application{}, true, nil
+	p := uefilog.Placement[[sha256.Size]byte]{
+		UKIs: c.ukis, Loaders: c.loaders, Signers: len(c.signers) > 0,
+		Where: "pcr 4", Sections: "pcr 11", Name: digestName,
 	}
-	u := slices.IndexFunc(apps, func(a Application) bool { return slices.Contains(c.ukis, a.Digest) })
-	listed := u >= 0
-	if !listed {
-		u = slices.IndexFunc(apps, func(a Application) bool { return !slices.Contains(c.loaders, a.Digest) })
-	}
-	if u < 0 {
-		return Application{}, false, attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "no uki in pcr 4: systemd-stub measured pcr 11, every application is a boot loader")
-	}
-	uki := apps[u]
-	var others []Application
-	for i, a := range apps {
-		if i < u || a.Attempt != uki.Attempt {
-			others = append(others, a)
-		}
-	}
-	if err := c.checkLoaders(others); err != nil {
-		return uki, false, err
-	}
-	if listed {
-		return uki, true, nil
-	}
-	if len(c.signers) == 0 {
-		return uki, false, attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "uki %s in pcr 4 is not allowed", digestName(uki.Digest))
-	}
-	return uki, false, nil
-}
-
-func (c *compiledBoot) checkLoaders(apps []Application) error {
-	for _, a := range apps {
-		if !slices.Contains(c.loaders, a.Digest) {
-			return attest.Refuse(latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, "boot loader %s in pcr 4 is not allowed", digestName(a.Digest))
-		}
-	}
-	return nil
+	return p.Place(b.Applications, len(b.UKISections) > 0)
 }
 
 // checkPCR11Signature is step 4.

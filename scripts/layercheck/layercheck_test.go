@@ -95,7 +95,7 @@ var sideRules = []sideRule{
 
 // notVariants are the packages directly under attest/ that are shared
 // by every variant rather than a variant's validator.
-var notVariants = map[string]bool{"atls": true, "attesttest": true}
+var notVariants = map[string]bool{"atls": true, "attesttest": true, "uefilog": true}
 
 // sideOf names the side of a variant a package is on, "" for a package
 // outside every variant's folder and for a variant's test helpers

@@ -3,7 +3,9 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha512"
 	"encoding/hex"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,6 +23,12 @@ import (
 // tdxCollateralDir.
 func newTDXRig(t *testing.T, signer *tdxtest.Signer, mrtd string) *rig {
 	t.Helper()
+	return newTDXRigWith(t, signer, mrtd, nil)
+}
+
+// newTDXRigWith is newTDXRig with the policy edited by edit.
+func newTDXRigWith(t *testing.T, signer *tdxtest.Signer, mrtd string, edit func(*tdx.Policy)) *rig {
+	t.Helper()
 	body := signer.Body()
 	if mrtd == "" {
 		mrtd = hex.EncodeToString(body.GetMrTd())
@@ -28,6 +36,9 @@ func newTDXRig(t *testing.T, signer *tdxtest.Signer, mrtd string) *rig {
 	pol := tdx.Policy{TrustedRoots: []string{signer.RootPEM()}, MRTDs: []string{mrtd}}
 	for _, r := range body.GetRtmrs() {
 		pol.RTMRs = append(pol.RTMRs, []string{hex.EncodeToString(r)})
+	}
+	if edit != nil {
+		edit(&pol)
 	}
 	collDir := t.TempDir()
 	now := time.Now()
@@ -86,4 +97,50 @@ func TestTDXEnabledOnlyByPolicy(t *testing.T) {
 	signer := tdxtest.New(t, time.Now())
 	tpmOnly := newRig(t, rigOpts{})
 	tpmOnly.refusedWith(t, tdxIssuer(t, signer), worker(), latchkeyv1.Reason_UNKNOWN_VARIANT)
+}
+
+// ukiBootIssuer is a TDX issuer whose TD booted b: the signer quotes the
+// RTMRs of b's synthesized CC event log, which the issuer sends.
+func ukiBootIssuer(t *testing.T, signer *tdxtest.Signer, b tdxtest.UKIBoot) *issuer.Issuer {
+	t.Helper()
+	log := tdxtest.TDVFLog(b)
+	signer.SetRTMRs(log.RTMRSlices())
+	dir := t.TempDir()
+	table, data := filepath.Join(dir, "table"), filepath.Join(dir, "data")
+	if err := os.WriteFile(table, tdxtest.CCELTable(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(data, log.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	iss, err := issuer.New(issuer.Config{QuoteProvider: signer.QuoteProvider(), CCELTable: table, CCELData: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return iss
+}
+
+// TestTDXComponentPolicyEndToEnd: a TD whose CC event log shows a listed
+// UKI joins the assembled verifier under tdx.boot; one booting another
+// UKI (its RTMRs listed all the same) is refused COMPONENT_NOT_ALLOWED.
+func TestTDXComponentPolicyEndToEnd(t *testing.T) {
+	good := tdxtest.UKIBoot{
+		UKI:      sha512.Sum384([]byte("listed uki")),
+		Sections: []tdxtest.Section{{Name: ".linux", Data: []byte("kernel")}},
+	}
+	bad := good
+	bad.UKI = sha512.Sum384([]byte("another uki"))
+	goodLog, badLog := tdxtest.TDVFLog(good), tdxtest.TDVFLog(bad)
+	signer := tdxtest.New(t, time.Now())
+	r := newTDXRigWith(t, signer, "", func(p *tdx.Policy) {
+		p.RTMRs = make([][]string, 3)
+		for i := range 3 {
+			p.RTMRs[i] = []string{hex.EncodeToString(goodLog.RTMRs[i][:]), hex.EncodeToString(badLog.RTMRs[i][:])}
+		}
+		p.Boot = &tdx.BootPolicy{UKIs: []string{"sha384:" + hex.EncodeToString(good.UKI[:])}, SecureBoot: tdx.SecureBootPolicy{AllowDisabled: true}}
+	})
+	if _, err := r.agent(t, ukiBootIssuer(t, signer, good), 30*time.Second).Get(context.Background(), worker()); err != nil {
+		t.Fatalf("the listed uki's TD: %v", err)
+	}
+	r.refusedWithTokens(t, ukiBootIssuer(t, signer, bad), worker(), latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, 1)
 }

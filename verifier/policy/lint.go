@@ -21,8 +21,10 @@ var resettablePCRs = []int{16, 23}
 //     components): every genuine TPM is admitted whatever it runs;
 //   - a reference value for a software-resettable PCR;
 //   - an SNP section that lists no launch measurement and no ID key;
-//   - a TDX section that lists no MRTD (every TDX join is refused) or
-//     that allows debug TDs (the host can read their memory).
+//   - a TDX section that lists no MRTD (every TDX join is refused), that
+//     allows debug TDs (the host can read their memory), or whose boot
+//     component policy lists no UKI and no boot loader (every TD that
+//     loads an EFI application is refused).
 func Lint(p *Policy) []string {
 	var out []string
 	if t := p.TPM; t != nil {
@@ -52,6 +54,9 @@ func Lint(p *Policy) []string {
 		}
 		if x.AllowDebug {
 			out = append(out, "tdx: allowDebug admits debug TDs, whose memory and registers the host can read")
+		}
+		if x.Boot != nil && len(x.Boot.UKIs) == 0 && len(x.Boot.BootLoaders) == 0 {
+			out = append(out, "tdx: boot lists no ukis and no bootLoaders: every TD whose firmware loads an EFI application would be refused")
 		}
 	}
 	slices.Sort(out)

@@ -15,6 +15,7 @@ func TestLintFindsUselessAndUnsafePolicies(t *testing.T) {
 		{"resettable pcr", "apiVersion: latchkey/v1\ntpm:\n  ekPublicKeyHashes: [x]\n  pcrs: {23: [" + pcr + "]}\n", "tpm: pcrs.23 can be reset by software"},
 		{"snp measures nothing", "apiVersion: latchkey/v1\nsnp: {}\n", "snp: lists no launch measurement"},
 		{"tdx lists no mrtd", "apiVersion: latchkey/v1\ntdx: {}\n", "tdx: lists no MRTD"},
+		{"tdx boot admits no application", "apiVersion: latchkey/v1\ntdx:\n  mrtds: [\"" + strings.Repeat("ab", 48) + "\"]\n  boot: {secureBoot: {allowDisabled: true}}\n", "tdx: boot lists no ukis and no bootLoaders"},
 		{"tdx debug", "apiVersion: latchkey/v1\ntdx:\n  mrtds: [\"" + strings.Repeat("ab", 48) + "\"]\n  allowDebug: true\n", "tdx: allowDebug admits debug TDs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,12 +2,17 @@
 // reference values a machine booting them shows: the Authenticode digests
 // UEFI firmware measures into PCR 4 for each EFI application (boot loader,
 // UKI), and the PCR 11 value systemd-stub and systemd-pcrphase leave for
-// each boot phase (what `systemd-measure calculate` computes). It backs
+// each boot phase (what `systemd-measure calculate` computes). For Intel
+// TDX (PredictTDX) the digests are SHA-384 and the RTMRs are a reference
+// boot's CC event log with the new boot chain substituted: the firmware's
+// own events cannot be derived from the artefacts. It backs
 // `latchkey-verifier policy predict`, whose output pastes into the policy.
 package predict
 
 import (
+	"crypto"
 	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -114,11 +119,30 @@ func parsePE(b []byte) (*pe, error) {
 // and the Certificate Table entry, the sections in file order, and any
 // data after them except the certificate table.
 func Authenticode(image []byte) ([sha256.Size]byte, error) {
-	p, err := parsePE(image)
+	d, err := AuthenticodeHash(image, crypto.SHA256)
 	if err != nil {
 		return [sha256.Size]byte{}, err
 	}
-	h := sha256.New()
+	return [sha256.Size]byte(d), nil
+}
+
+// Authenticode384 is the SHA-384 Authenticode digest, what TDX firmware
+// measures into RTMR[1].
+func Authenticode384(image []byte) ([sha512.Size384]byte, error) {
+	d, err := AuthenticodeHash(image, crypto.SHA384)
+	if err != nil {
+		return [sha512.Size384]byte{}, err
+	}
+	return [sha512.Size384]byte(d), nil
+}
+
+// AuthenticodeHash is the Authenticode digest of a PE image under hash.
+func AuthenticodeHash(image []byte, hash crypto.Hash) ([]byte, error) {
+	p, err := parsePE(image)
+	if err != nil {
+		return nil, err
+	}
+	h := hash.New()
 	b := p.data
 	h.Write(b[:p.checksumOff])
 	h.Write(b[p.checksumOff+4 : p.certDirOff])
@@ -137,5 +161,5 @@ func Authenticode(image []byte) ([sha256.Size]byte, error) {
 	if hashed < end {
 		h.Write(b[hashed:end])
 	}
-	return [sha256.Size]byte(h.Sum(nil)), nil
+	return h.Sum(nil), nil
 }

@@ -177,6 +177,12 @@ func (s *Signer) Body() *pb.TDQuoteBody {
 	return proto.Clone(s.template.GetTdQuoteBody()).(*pb.TDQuoteBody)
 }
 
+// SetRTMRs makes rtmrs the RTMRs of Body() and of the quote provider's
+// quotes (a TD whose boot a synthesized CC event log describes).
+func (s *Signer) SetRTMRs(rtmrs [][]byte) {
+	s.template.TdQuoteBody.Rtmrs = rtmrs
+}
+
 // Quote signs a quote of body (Body() edited) with REPORTDATA rd.
 func (s *Signer) Quote(body *pb.TDQuoteBody, rd [64]byte) []byte {
 	s.t.Helper()

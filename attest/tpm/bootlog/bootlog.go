@@ -2,15 +2,14 @@ package bootlog
 
 import (
 	"bytes"
+	"crypto"
 	"crypto/sha256"
 	"crypto/x509"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf16"
 
 	"github.com/google/go-eventlog/extract"
 	"github.com/google/go-eventlog/register"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/latchkey/latchkey/attest"
 	"github.com/latchkey/latchkey/attest/tpm/wire"
+	"github.com/latchkey/latchkey/attest/uefilog"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
 
@@ -303,15 +303,10 @@ func (b *Boot) extractSecureBoot(events []tcg.Event) error {
 	return nil
 }
 
-// The PCR 4 measurements that are structure, not applications: what the
-// firmware measures around boot attempts (TCG PC Client PFP, EV_EFI_ACTION
-// and EV_SEPARATOR), known by digest.
-var (
-	digestCallingApp   = sha256.Sum256([]byte("Calling EFI Application from Boot Option"))
-	digestReturningApp = sha256.Sum256([]byte("Returning from EFI Application from Boot Option"))
-	digestSeparator    = sha256.Sum256([]byte{0, 0, 0, 0})
-	digestSeparatorErr = sha256.Sum256([]byte{0xff, 0xff, 0xff, 0xff})
-)
+// structure are the PCR 4 measurements that are structure, not
+// applications: what the firmware measures around boot attempts (TCG PC
+// Client PFP, EV_EFI_ACTION and EV_SEPARATOR), known by digest.
+var structure = uefilog.NewStructure(crypto.SHA256)
 
 // extractApplications reads PCR 4 by digest alone: every measurement but
 // the structural ones is a boot application, so relabelling an event's
@@ -324,10 +319,10 @@ var (
 func (b *Boot) extractApplications(recs []record) {
 	attempt := 1
 	for _, r := range recs {
-		switch r.digest {
-		case digestReturningApp:
+		switch {
+		case string(r.digest[:]) == structure.Returning:
 			attempt++
-		case digestCallingApp, digestSeparator, digestSeparatorErr:
+		case structure.Is(r.digest[:]):
 		default:
 			b.Applications = append(b.Applications, Application{Digest: r.digest, Attempt: attempt})
 		}
@@ -369,15 +364,9 @@ func (b *Boot) interpretKernel(recs []record, suffix string) error {
 	return nil
 }
 
-// sectionName is systemd-stub's section name measurement: the ASCII name
-// with its NUL is measured, the log carries it as UTF-16 (or, moved to
-// another log, as it is).
+// sectionName is systemd-stub's section name measurement (uefilog).
 func sectionName(r record) (string, bool) {
-	name := strings.TrimSuffix(decodeText(r.data), "\x00")
-	if name == "" || sha256.Sum256(append([]byte(name), 0)) != r.digest {
-		return "", false
-	}
-	return name, true
+	return uefilog.SectionName(crypto.SHA256, r.data, r.digest[:])
 }
 
 // phaseWord is a boot-phase measurement: a word whose digest is its
@@ -397,7 +386,7 @@ func phaseWord(r record) (string, bool) {
 func (b *Boot) interpretArgs(recs []record) {
 	for j, r := range recs {
 		if r.verified() && !b.CmdlinePassed {
-			b.Cmdline, b.CmdlinePassed = strings.TrimRight(decodeText(r.data), "\x00"), true
+			b.Cmdline, b.CmdlinePassed = strings.TrimRight(uefilog.DecodeText(r.data), "\x00"), true
 			continue
 		}
 		b.Unexplained = append(b.Unexplained, Measurement{PCR: pcrKernelArgs, Index: j + 1, Digest: r.digest})
@@ -414,19 +403,6 @@ func certPtrs(in []x509.Certificate) []*x509.Certificate {
 		out[i] = &in[i]
 	}
 	return out
-}
-
-// decodeText reads event data that is UTF-16LE (what EFI code logs) when
-// it looks like it, else bytes as they are.
-func decodeText(b []byte) string {
-	if len(b) >= 2 && len(b)%2 == 0 && b[1] == 0 {
-		u := make([]uint16, len(b)/2)
-		for i := range u {
-			u[i] = binary.LittleEndian.Uint16(b[2*i:])
-		}
-		return string(utf16.Decode(u))
-	}
-	return string(b)
 }
 
 // UKIByLogOrder is the index in the PCR 4 applications of the last one
@@ -450,9 +426,7 @@ func UKIByLogOrder(fwLog []byte) int {
 		if e.Index != pcrBootApps {
 			continue
 		}
-		switch [sha256.Size]byte(e.Digest) {
-		case digestCallingApp, digestReturningApp, digestSeparator, digestSeparatorErr:
-		default:
+		if !structure.Is(e.Digest) {
 			uki = n
 			n++
 		}

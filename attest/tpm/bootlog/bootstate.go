@@ -3,6 +3,8 @@ package bootlog
 import (
 	"crypto/sha256"
 	"crypto/x509"
+
+	"github.com/latchkey/latchkey/attest/uefilog"
 )
 
 // Boot is the verified, typed view of what the event logs say was
@@ -96,16 +98,9 @@ type SecureBoot struct {
 	Authorities []*x509.Certificate
 }
 
-// Application is one EFI boot application (PCR 4).
-type Application struct {
-	// Digest is the PE image's Authenticode SHA-256 digest.
-	Digest [sha256.Size]byte
-	// Attempt is the boot attempt that loaded it, from 1: one more than
-	// the "Returning from EFI Application from Boot Option" measurements
-	// before it in PCR 4 (the firmware measures one when a boot option's
-	// application returned and it tries the next).
-	Attempt int
-}
+// Application is one EFI boot application (PCR 4), by its Authenticode
+// SHA-256 digest.
+type Application = uefilog.Application[[sha256.Size]byte]
 
 // UKISection is one systemd-stub PCR 11 measurement.
 type UKISection struct {

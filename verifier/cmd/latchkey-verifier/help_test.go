@@ -23,7 +23,7 @@ func TestEveryCommandHelp(t *testing.T) {
 			"pin":              {"config", "state-dir"},
 			"policy check":     nil,
 			"policy diff":      {"config", "kubeconfig", "changed"},
-			"policy predict":   {"uki", "boot-loader", "cmdline", "phase", "stub", "secure-boot-off"},
+			"policy predict":   {"uki", "boot-loader", "cmdline", "phase", "stub", "secure-boot-off", "variant", "reference-ccel", "reference-quote"},
 			"tokens list":      {"socket"},
 			"tokens revoke":    {"socket"},
 			"bindings list":    {"socket"},

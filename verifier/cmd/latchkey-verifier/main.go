@@ -293,18 +293,30 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // predictCmd prints the reference values of a UKI (and the boot loaders
 // before it) as a policy snippet, with no boot: see package predict.
+// --variant tdx predicts the tdx section (predict.PredictTDX), its RTMRs
+// from a reference boot's CC event log.
 func predictCmd(fs *flag.FlagSet) cli.Runner {
 	var o predict.Options
 	var loaders, cmdlines, phases listFlag
 	fs.StringVar(&o.UKI, "uki", "", "the unified kernel image (required)")
 	fs.Var(&loaders, "boot-loader", "an EFI application loaded before the UKI (repeatable)")
 	fs.Var(&cmdlines, "cmdline", "a command line the boot loader passes to the UKI (repeatable)")
-	fs.Var(&phases, "phase", "a boot phase to predict pcr 11 for (repeatable; default the agent's phases)")
+	fs.Var(&phases, "phase", "a boot phase to predict pcr 11 for (repeatable; default the agent's phases; tpm only)")
 	stub := fs.String("stub", string(predict.Stub252), "systemd-stub generation in the UKI: 252 or 254")
 	fs.BoolVar(&o.SecureBootOff, "secure-boot-off", false, "admit machines with Secure Boot off")
+	variant := fs.String("variant", "tpm", "the policy section to predict: tpm or tdx")
+	refCCEL := fs.String("reference-ccel", "", "tdx: the CC event log of a reference boot (its /sys/firmware/acpi/tables/data/CCEL), to predict RTMR[0..2]")
+	refQuote := fs.String("reference-quote", "", "tdx: a TD quote of that reference boot, whose MRTD is listed")
 	return func(args []string, stdout, stderr io.Writer) int {
-		if len(args) != 0 || o.UKI == "" {
+		if len(args) != 0 || o.UKI == "" || (*variant != "tpm" && *variant != "tdx") ||
+			(*variant == "tpm" && (*refCCEL != "" || *refQuote != "")) || (*variant == "tdx" && len(phases) > 0) {
 			return usageError(stderr, "policy predict")
+		}
+		if *variant == "tdx" {
+			return predictTDXRun(predict.TDXOptions{
+				UKI: o.UKI, BootLoaders: loaders, Cmdlines: cmdlines, Stub: predict.Stub(*stub),
+				SecureBootOff: o.SecureBootOff, ReferenceCCEL: *refCCEL, ReferenceQuote: *refQuote,
+			}, stdout, stderr)
 		}
 		return predictRun(o, loaders, cmdlines, phases, *stub, stdout, stderr)
 	}
@@ -315,6 +327,18 @@ func predictRun(o predict.Options, loaders, cmdlines, phases listFlag, stub stri
 	s, u, err := predict.Predict(o)
 	if err == nil {
 		err = predict.Write(stdout, s, u)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "latchkey-verifier: %v\n", err)
+		return exitcode.Failed
+	}
+	return exitcode.OK
+}
+
+func predictTDXRun(o predict.TDXOptions, stdout, stderr io.Writer) int {
+	s, u, err := predict.PredictTDX(o)
+	if err == nil {
+		err = predict.WriteTDX(stdout, s, u)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "latchkey-verifier: %v\n", err)
