@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -12,20 +13,55 @@ import (
 	"github.com/latchkey/latchkey/protocol"
 )
 
-// recv reads one message, giving up when ctx ends (the handler's return
-// then cancels the stream, which ends the blocked Recv).
-func recv(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latchkeyv1.AgentMessage, error) {
-	type result struct {
-		msg *latchkeyv1.AgentMessage
-		err error
+// joinStream is a join's stream with its inbox: one goroutine, started
+// at the first recv, reads every message of the join for it. A wait for
+// the agent must give up when its context ends (the handler's return then
+// cancels the stream, which ends the blocked Recv), so the Recv cannot run
+// on the handler's goroutine; one reader for the whole join instead of one
+// per message spares a goroutine start, and the idle thread it wakes, for
+// each message after the first, and never has two Recvs on one stream.
+type joinStream struct {
+	latchkeyv1.JoinService_JoinServer
+	reading sync.Once
+	inbox   chan received
+}
+
+// received is one Recv's result.
+type received struct {
+	msg *latchkeyv1.AgentMessage
+	err error
+}
+
+func newJoinStream(stream latchkeyv1.JoinService_JoinServer) *joinStream {
+	return &joinStream{JoinService_JoinServer: stream, inbox: make(chan received, 1)}
+}
+
+// read delivers messages until the stream fails or ends (the handler's
+// return ends it). It reads at most one message ahead of the handler.
+func (j *joinStream) read() {
+	done := j.Context().Done()
+	for {
+		m, err := j.Recv()
+		select {
+		case j.inbox <- received{m, err}:
+		case <-done:
+			return
+		}
+		if err != nil {
+			return
+		}
 	}
-	ch := make(chan result, 1)
-	go func() {
-		m, err := stream.Recv()
-		ch <- result{m, err}
-	}()
+}
+
+// recv reads one message, giving up when ctx ends.
+func recv(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latchkeyv1.AgentMessage, error) {
+	j, ok := stream.(*joinStream)
+	if !ok {
+		return nil, errors.New("receive: the stream has no inbox")
+	}
+	j.reading.Do(func() { go j.read() })
 	select {
-	case r := <-ch:
+	case r := <-j.inbox:
 		if r.err == nil {
 			if err := transportRefusal(r.msg); err != nil {
 				return nil, err
