@@ -23,31 +23,30 @@ import (
 type joinStream struct {
 	latchkeyv1.JoinService_JoinServer
 	reading sync.Once
-	inbox   chan received
-}
-
-// received is one Recv's result.
-type received struct {
-	msg *latchkeyv1.AgentMessage
-	err error
+	inbox   chan *latchkeyv1.AgentMessage
+	ended   chan struct{} // closed when the reader stops
+	err     error         // why it stopped; read only after ended is closed
 }
 
 func newJoinStream(stream latchkeyv1.JoinService_JoinServer) *joinStream {
-	return &joinStream{JoinService_JoinServer: stream, inbox: make(chan received, 1)}
+	return &joinStream{JoinService_JoinServer: stream, inbox: make(chan *latchkeyv1.AgentMessage, 1), ended: make(chan struct{})}
 }
 
 // read delivers messages until the stream fails or ends (the handler's
 // return ends it). It reads at most one message ahead of the handler.
 func (j *joinStream) read() {
+	defer close(j.ended)
 	done := j.Context().Done()
 	for {
 		m, err := j.Recv()
-		select {
-		case j.inbox <- received{m, err}:
-		case <-done:
+		if err != nil {
+			j.err = err
 			return
 		}
-		if err != nil {
+		select {
+		case j.inbox <- m:
+		case <-done:
+			j.err = j.Context().Err()
 			return
 		}
 	}
@@ -61,16 +60,27 @@ func recv(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latch
 	}
 	j.reading.Do(func() { go j.read() })
 	select {
-	case r := <-j.inbox:
-		if r.err == nil {
-			if err := transportRefusal(r.msg); err != nil {
-				return nil, err
-			}
+	case m := <-j.inbox:
+		return checked(m)
+	case <-j.ended:
+		// A message read before the stream ended comes first.
+		select {
+		case m := <-j.inbox:
+			return checked(m)
+		default:
+			return nil, j.err
 		}
-		return r.msg, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// checked refuses a message that carries the codec's transport refusal.
+func checked(m *latchkeyv1.AgentMessage) (*latchkeyv1.AgentMessage, error) {
+	if err := transportRefusal(m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // recvHello reads and validates the first message.
