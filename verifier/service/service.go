@@ -174,7 +174,7 @@ func (s *Service) Join(stream latchkeyv1.JoinService_JoinServer) error {
 	defer cancel()
 	snap := s.cfg.Policy.Current()
 	out := &outcome{}
-	err := s.join(ctx, stream, snap, out)
+	err := s.join(ctx, newJoinStream(stream), snap, out)
 	s.record(ctx, snap, out, err)
 	if err != nil {
 		return toStatus(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -12,29 +13,74 @@ import (
 	"github.com/latchkey/latchkey/protocol"
 )
 
-// recv reads one message, giving up when ctx ends (the handler's return
-// then cancels the stream, which ends the blocked Recv).
-func recv(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latchkeyv1.AgentMessage, error) {
-	type result struct {
-		msg *latchkeyv1.AgentMessage
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		m, err := stream.Recv()
-		ch <- result{m, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err == nil {
-			if err := transportRefusal(r.msg); err != nil {
-				return nil, err
-			}
+// joinStream is a join's stream with its inbox: one goroutine, started
+// at the first recv, reads every message of the join for it. A wait for
+// the agent must give up when its context ends (the handler's return then
+// cancels the stream, which ends the blocked Recv), so the Recv cannot run
+// on the handler's goroutine; one reader for the whole join instead of one
+// per message spares a goroutine start, and the idle thread it wakes, for
+// each message after the first, and never has two Recvs on one stream.
+type joinStream struct {
+	latchkeyv1.JoinService_JoinServer
+	reading sync.Once
+	inbox   chan *latchkeyv1.AgentMessage
+	ended   chan struct{} // closed when the reader stops
+	err     error         // why it stopped; read only after ended is closed
+}
+
+func newJoinStream(stream latchkeyv1.JoinService_JoinServer) *joinStream {
+	return &joinStream{JoinService_JoinServer: stream, inbox: make(chan *latchkeyv1.AgentMessage, 1), ended: make(chan struct{})}
+}
+
+// read delivers messages until the stream fails or ends (the handler's
+// return ends it). It reads at most one message ahead of the handler.
+func (j *joinStream) read() {
+	defer close(j.ended)
+	done := j.Context().Done()
+	for {
+		m, err := j.Recv()
+		if err != nil {
+			j.err = err
+			return
 		}
-		return r.msg, r.err
+		select {
+		case j.inbox <- m:
+		case <-done:
+			j.err = j.Context().Err()
+			return
+		}
+	}
+}
+
+// recv reads one message, giving up when ctx ends.
+func recv(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latchkeyv1.AgentMessage, error) {
+	j, ok := stream.(*joinStream)
+	if !ok {
+		return nil, errors.New("receive: the stream has no inbox")
+	}
+	j.reading.Do(func() { go j.read() })
+	select {
+	case m := <-j.inbox:
+		return checked(m)
+	case <-j.ended:
+		// A message read before the stream ended comes first.
+		select {
+		case m := <-j.inbox:
+			return checked(m)
+		default:
+			return nil, j.err
+		}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// checked refuses a message that carries the codec's transport refusal.
+func checked(m *latchkeyv1.AgentMessage) (*latchkeyv1.AgentMessage, error) {
+	if err := transportRefusal(m); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // recvHello reads and validates the first message.

@@ -185,18 +185,21 @@ func (r *result) pacedRatio(pr *pacedRun) float64 {
 // printPacedCost compares each paced phase's verifier CPU per join with
 // the closed loop's, with what the runtime did per join in each (the
 // causes an idle-time join pays for: GC cycles, context switches, i.e.
-// threads put to sleep and woken, allocations).
+// threads put to sleep and woken, allocations, and the runtime's sysmon
+// thread's CPU and runs: threads.go).
 func (r *result) printPacedCost(w io.Writer) {
-	fmt.Fprintf(w, "%-26s %8s %9s %8s %10s %10s %9s %9s %8s\n", "cpu per join (verifier)", "joins/s", "ms/join", "/closed",
-		"/bare P384", "allocs", "KiB", "GC/1000", "ctxsw")
+	fmt.Fprintf(w, "%-26s %8s %9s %8s %10s %10s %9s %9s %8s %10s %9s\n", "cpu per join (verifier)", "joins/s", "ms/join", "/closed",
+		"/bare P384", "allocs", "KiB", "GC/1000", "ctxsw", "sysmon us", "sysmon sw")
 	row := func(name string, rate float64, p *phase, c cpuWindow) {
 		n := uint64(max(1, len(p.lat)))
 		per := c.perJoin(p)
-		fmt.Fprintf(w, "%-26s %8.1f %9.3f %8.2f %10.2f %10d %9.1f %9.2f %8.2f\n", name, rate, ms(per),
+		fmt.Fprintf(w, "%-26s %8.1f %9.3f %8.2f %10.2f %10d %9.1f %9.2f %8.2f %10.1f %9.2f\n", name, rate, ms(per),
 			float64(per)/float64(r.closedCPU.perJoin(r.closed)), float64(per)/float64(r.p384PerOp()),
 			(c.after.Mallocs-c.before.Mallocs)/n, float64(c.after.TotalAlloc-c.before.TotalAlloc)/float64(n)/1024,
 			1000*float64(c.after.NumGC-c.before.NumGC)/float64(n),
-			float64(c.after.CtxSwitches-c.before.CtxSwitches)/float64(n))
+			float64(c.after.CtxSwitches-c.before.CtxSwitches)/float64(n),
+			float64(c.after.SysmonCPU-c.before.SysmonCPU)/float64(n)/float64(time.Microsecond),
+			float64(c.after.SysmonSwitches-c.before.SysmonSwitches)/float64(n))
 	}
 	row("closed loop", r.closed.rate(), r.closed, r.closedCPU)
 	for _, pr := range r.paced {

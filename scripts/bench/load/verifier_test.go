@@ -204,6 +204,11 @@ type verifierStats struct {
 	// CtxSwitches counts the process's voluntary and involuntary context
 	// switches (getrusage): how often its threads slept and were woken.
 	CtxSwitches int64
+	// SysmonCPU and SysmonSwitches are the runtime's sysmon thread's CPU
+	// time and times it was scheduled (threads.go): what a join that
+	// wakes an idle process pays for the runtime's monitor.
+	SysmonCPU      time.Duration
+	SysmonSwitches int64
 	// Validations, ValidationP50Ms and ValidationP99Ms are of the joins
 	// accepted since the previous stats (validation_test.go).
 	Validations                      int
@@ -219,12 +224,14 @@ func (c *controller) stats() string {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	n, p50, p99 := vals.take()
+	sysmon := sysmonThread()
 	b, _ := json.Marshal(verifierStats{
 		Validations: n, ValidationP50Ms: p50, ValidationP99Ms: p99,
 		Mints: c.minter.mints.Load(), Revokes: c.minter.revokes.Load(),
 		CPU:       time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
 		MaxRSSKiB: ru.Maxrss, Mallocs: ms.Mallocs, TotalAlloc: ms.TotalAlloc, NumGC: ms.NumGC,
 		Goroutines: runtime.NumGoroutine(), CtxSwitches: ru.Nvcsw + ru.Nivcsw,
+		SysmonCPU: sysmon.cpu, SysmonSwitches: sysmon.slices,
 	})
 	return string(b)
 }
