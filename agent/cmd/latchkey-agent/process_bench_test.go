@@ -178,12 +178,12 @@ func (t *processTotals) report(b *testing.B, prefix string) {
 // keyOnlyBoot is the agent's command line for a key-only boot with no
 // join and no re-attestation against the verifier at addr (pinned by
 // pin) and the TPM at device, its files in dir.
-func keyOnlyBoot(b *testing.B, dir, addr, pin, device string) []string {
-	b.Helper()
+func keyOnlyBoot(tb testing.TB, dir, addr, pin, device string) []string {
+	tb.Helper()
 	// The status socket in the test's directory, not the system's.
 	conf := filepath.Join(dir, "agent.yaml")
 	if err := os.WriteFile(conf, []byte("statusSocket: "+filepath.Join(dir, "admin.sock")+"\n"), 0o600); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return []string{"run", "--config", conf, "--kernel-cmdline", "/dev/null", "--verifier", addr, "--pin", pin,
 		"--tpm-device", device, "--node-name", "n1", "--disk-mode", "key-only",

@@ -25,6 +25,9 @@ type tpmRelay struct {
 	first atomic.Int64 // UnixNano of the first command byte since mark; 0 none
 	pid   atomic.Int64 // the process being measured; 0 not yet known
 	sched atomic.Pointer[schedStat]
+	// onFirst, when set before the agent starts, runs at the first
+	// command byte since mark, before the byte is forwarded.
+	onFirst func()
 }
 
 // schedStat is a process's threads' time on a CPU and waiting in a run
@@ -55,13 +58,13 @@ func readSchedStat(pid int64) (*schedStat, error) {
 
 // startTPMRelay relays every connection to target (swtpm's "host:port")
 // until the benchmark ends.
-func startTPMRelay(b *testing.B, target string) *tpmRelay {
-	b.Helper()
+func startTPMRelay(tb testing.TB, target string) *tpmRelay {
+	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { lis.Close() })
+	tb.Cleanup(func() { lis.Close() })
 	r := &tpmRelay{addr: lis.Addr().String()}
 	go func() {
 		for {
@@ -89,6 +92,9 @@ func (r *tpmRelay) relay(c net.Conn, target string) {
 		if n > 0 {
 			if r.first.CompareAndSwap(0, time.Now().UnixNano()) {
 				r.noteSched()
+				if r.onFirst != nil {
+					r.onFirst()
+				}
 			}
 			if _, werr := up.Write(buf[:n]); werr != nil {
 				return
