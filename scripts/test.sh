@@ -173,8 +173,10 @@ shipped_test_only() {
 # new module here is a start-up cost to be argued for: the Kubernetes
 # join renders kubeadm's files with the agent's own wire structs
 # (agent/join/wire.go) precisely to keep client-go, apimachinery and
-# kubeadm's API types out. sigs.k8s.io/yaml (and its sigs.k8s.io/json)
-# is a thin YAML-over-encoding/json layer, not a Kubernetes API package.
+# kubeadm's API types out, and writes them with internal/strictyaml
+# rather than sigs.k8s.io/yaml, whose yaml v2 compiles regexps at start.
+# sigs.k8s.io/json (strictyaml's case-sensitive decoder) is a fork of
+# encoding/json, not a Kubernetes API package.
 AGENT_MODULES=(
   github.com/latchkey/latchkey
   github.com/anatol/devmapper.go github.com/anatol/luks.go
@@ -183,10 +185,10 @@ AGENT_MODULES=(
   github.com/google/go-configfs-tsm github.com/google/go-eventlog
   github.com/google/go-sev-guest github.com/google/go-tdx-guest github.com/google/logger
   github.com/google/go-tpm github.com/google/uuid
-  go.uber.org/multierr go.yaml.in/yaml/v2 go.yaml.in/yaml/v3
+  go.uber.org/multierr go.yaml.in/yaml/v3
   golang.org/x/crypto golang.org/x/net golang.org/x/sys golang.org/x/text
   google.golang.org/genproto/googleapis/rpc google.golang.org/grpc google.golang.org/protobuf
-  sigs.k8s.io/json sigs.k8s.io/yaml
+  sigs.k8s.io/json
 )
 
 # agent_links_only_allowed fails when the agent, built as it ships (the

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"github.com/latchkey/latchkey/internal/strictyaml"
 
 	"github.com/latchkey/latchkey/agent/config"
 	snpissuer "github.com/latchkey/latchkey/attest/snp/issuer"
@@ -47,7 +47,7 @@ func Measure(ctx context.Context, cfg *config.Config, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("measure: %w", err)
 	}
-	out, err := yaml.Marshal(s)
+	out, err := strictyaml.Marshal(s)
 	if err != nil {
 		return fmt.Errorf("measure: %w", err)
 	}

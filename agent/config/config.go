@@ -138,8 +138,8 @@ type Disk struct {
 // config cannot silently mean "wipe whatever disk is there".
 type WipeTarget string
 
-// UnmarshalJSON accepts only a JSON string (sigs.k8s.io/yaml turns YAML
-// into JSON first, so `true`, `yes` and unquoted numbers arrive here as
+// UnmarshalJSON accepts only a JSON string (strictyaml turns YAML into
+// JSON first, so `true`, `yes` and unquoted numbers arrive here as
 // non-strings).
 func (w *WipeTarget) UnmarshalJSON(b []byte) error {
 	var s string

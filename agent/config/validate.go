@@ -5,22 +5,17 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/latchkey/latchkey/agent/join"
 	"github.com/latchkey/latchkey/protocol"
 )
 
 // DefaultVerifierPort is the port of a verifier address given without one
 // (the verifier's default listen address is :7443).
 const DefaultVerifierPort = "7443"
-
-// dns1123Subdomain is Kubernetes' rule for object names, and so for node
-// names: lower-case alphanumerics, '-' and '.', at most 253 characters,
-// each dot-separated label starting and ending alphanumeric.
-var dns1123Subdomain = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 
 // validateLocal refuses, before any network, what the verifier would
 // refuse anyway or what would only show as a retry loop: each message
@@ -94,7 +89,10 @@ func stripScheme(v string) string {
 }
 
 func validNodeName(n string) error {
-	if len(n) > 253 || !dns1123Subdomain.MatchString(n) {
+	// Kubernetes' rule for object names, and so for node names:
+	// lower-case alphanumerics, '-' and '.', at most 253 characters, each
+	// dot-separated label starting and ending alphanumeric.
+	if !join.ValidNodeName(n) {
 		return fmt.Errorf("node name %q is not a valid Kubernetes node name (lower-case letters, digits, '-' and '.'; "+
 			"at most 253 characters): set nodeName: or --node-name", n)
 	}

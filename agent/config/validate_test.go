@@ -42,6 +42,9 @@ func TestLocalMistakesRefusedWithTheFix(t *testing.T) {
 		{"bare ipv6", func(c *Config) { c.Verifiers = []string{"fd00::1"} }, "write an IPv6 address as [addr]:port"},
 		{"upper-case node name", func(c *Config) { c.NodeName = "Node-1" }, `node name "Node-1" is not a valid Kubernetes node name`},
 		{"underscore node name", func(c *Config) { c.NodeName = "node_1" }, "set nodeName: or --node-name"},
+		{"node name label ending in a dash", func(c *Config) { c.NodeName = "node-.example" }, `node name "node-.example" is not`},
+		{"node name with an empty label", func(c *Config) { c.NodeName = "node..example" }, `node name "node..example" is not`},
+		{"node name of 254 characters", func(c *Config) { c.NodeName = strings.Repeat("a.", 126) + "aa" }, "is not a valid Kubernetes node name"},
 		{"negative timeout", func(c *Config) { c.Timeout.Duration = -time.Second }, "timeout -1s is negative"},
 		{"key-only without uuid", func(c *Config) { c.Disk.Mode = "key-only" }, "disk mode key-only needs the disk's UUID"},
 		{"upper-case uuid", func(c *Config) {
@@ -60,5 +63,17 @@ func TestLocalMistakesRefusedWithTheFix(t *testing.T) {
 				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The longest valid node name and one with every allowed kind of
+// character pass the same check that refuses their near misses above.
+func TestNodeNamesAccepted(t *testing.T) {
+	for _, name := range []string{strings.Repeat("a.", 126) + "a", "0-node.example-1.b2", "n"} {
+		c := base()
+		c.NodeName = name
+		if err := c.Validate(); err != nil {
+			t.Errorf("%q: %v", name, err)
+		}
 	}
 }

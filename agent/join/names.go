@@ -31,6 +31,12 @@ func all(s string, ok func(byte) bool) bool {
 	return s != ""
 }
 
+// ValidNodeName reports whether name is a DNS-1123 subdomain of at most
+// 253 characters, Kubernetes' rule for node names; the agent's
+// configuration checks it before any network, without a regexp compiled
+// at start.
+func ValidNodeName(name string) bool { return nodeNameError(name) == "" }
+
 // nodeNameError says why name is not a DNS-1123 subdomain (Kubernetes'
 // rule for node names), or "" when it is one.
 func nodeNameError(name string) string {

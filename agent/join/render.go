@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"sigs.k8s.io/yaml"
+	"github.com/latchkey/latchkey/internal/strictyaml"
 )
 
 // Redacted replaces secrets in a rendered configuration meant for eyes.
@@ -80,7 +80,7 @@ func discoveryKubeconfig(t Ticket) ([]byte, error) {
 		Contexts:       []namedContext{{Name: name, Context: kubeContext{Cluster: name, AuthInfo: name}}},
 		CurrentContext: name,
 	}
-	out, err := yaml.Marshal(kc)
+	out, err := strictyaml.Marshal(kc)
 	if err != nil {
 		return nil, fmt.Errorf("join: render discovery kubeconfig: %w", err)
 	}
@@ -158,7 +158,7 @@ func (j *Joiner) render(t Ticket, discoveryFile string, redact bool) ([]byte, er
 			t.CertificateKey = Redacted
 		}
 	}
-	out, err := yaml.Marshal(j.config(t, discoveryFile))
+	out, err := strictyaml.Marshal(j.config(t, discoveryFile))
 	if err != nil {
 		return nil, fmt.Errorf("join: render JoinConfiguration: %w", err)
 	}

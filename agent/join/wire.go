@@ -7,8 +7,10 @@ import "time"
 // writes. They are the agent's own so that the boot path does not link
 // (and initialise at every start) client-go, apimachinery and kubeadm's
 // API packages for two small files. Each field carries upstream's JSON
-// name and omitempty choice, because sigs.k8s.io/yaml renders through
-// encoding/json: the same tags give the same bytes. The test-only oracles
+// name and omitempty choice, because upstream renders through
+// encoding/json with sigs.k8s.io/yaml and the agent through encoding/json
+// with strictyaml.Marshal, which writes what sigs.k8s.io/yaml writes
+// without linking its yaml v2: the same tags give the same bytes. The test-only oracles
 // (oracle_test.go) render every kind of ticket with the upstream types too
 // and require identical output, so a kubeadm upgrade that changes the
 // wire format fails the tests, not a join.

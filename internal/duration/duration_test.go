@@ -31,7 +31,12 @@ func TestNotAScalar(t *testing.T) {
 	var v struct {
 		D Duration `json:"d"`
 	}
-	if err := yaml.Unmarshal([]byte("d: {a: 1}\n"), &v); err == nil || !strings.Contains(err.Error(), `want a string like "30s"`) {
-		t.Fatalf("err = %v", err)
+	for _, doc := range []string{"d: {a: 1}\n", "d: [1s]\n"} {
+		if err := yaml.Unmarshal([]byte(doc), &v); err == nil || !strings.Contains(err.Error(), `want a string like "30s": got a mapping or a list`) {
+			t.Fatalf("%q: err = %v", doc, err)
+		}
+	}
+	if err := yaml.Unmarshal([]byte("d: true\n"), &v); err == nil || !strings.Contains(err.Error(), `invalid duration "true"`) {
+		t.Fatalf("a boolean: err = %v", err)
 	}
 }

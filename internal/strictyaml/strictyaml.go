@@ -12,6 +12,9 @@
 // keys refused, then decoded with sigs.k8s.io/json's case-sensitive strict
 // decoder, and every error is phrased in terms of the YAML key path, never
 // a Go type or field name.
+//
+// Marshal writes YAML as sigs.k8s.io/yaml does (the agent's kubeadm files
+// must match what kubeadm's own types render) without linking yaml v2.
 package strictyaml
 
 import (

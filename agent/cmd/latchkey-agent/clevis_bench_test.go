@@ -132,12 +132,14 @@ func BenchmarkKeyRecoveryVsClevis(b *testing.B) {
 }
 
 // recoveries keeps one agent binary's key recoveries.
-type recoveries struct{ wall, cpu, tpm []time.Duration }
+type recoveries struct {
+	wall, cpu, tpm []time.Duration
+	sched          schedTotals
+}
 
 // add runs one key-only boot of bin.
 func (r *recoveries) add(b *testing.B, bin string, args []string, relay *tpmRelay) {
-	relay.mark()
-	p := runProcess(b, bin, args...)
+	p := bootThroughRelay(b, &r.sched, relay, bin, args)
 	r.wall, r.cpu, r.tpm = append(r.wall, p.wall), append(r.cpu, p.cpu), append(r.tpm, relay.since(b, p.start))
 }
 
@@ -146,6 +148,7 @@ func (r *recoveries) report(b *testing.B, prefix string, clevisWall, clevisCPU t
 	b.ReportMetric(ms(median(r.wall)), prefix+"agent-wall-ms/op")
 	b.ReportMetric(ms(median(r.cpu)), prefix+"agent-cpu-ms/op")
 	b.ReportMetric(ms(median(r.tpm)), prefix+"agent-exec-to-tpm-ms/op")
+	r.sched.report(b, prefix+"agent-")
 	b.ReportMetric(float64(median(r.wall))/float64(clevisWall), prefix+"wall-ratio")
 	b.ReportMetric(float64(median(r.cpu))/float64(clevisCPU), prefix+"cpu-ratio")
 }

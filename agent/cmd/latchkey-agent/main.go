@@ -127,8 +127,6 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 	defer stop()
 	notify := sdnotify.New(sdnotify.Config{Logger: log})
 	state := app.NewState(cfg.NodeName, nil)
-	side := startSide(cfg, state, log)
-	defer func() { side()() }()
 	var plan disk.Plan
 	a, err := app.BuildAgent(cfg, app.Deps{Logger: log, Stdout: stdout,
 		OnProgress: func(p bootpkg.Progress, line string) {
@@ -158,10 +156,13 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 		}
 		log.Error("cannot start", logkey.Exit, exitcode.Name(code), logkey.Error, err.Error())
 		state.Failed(err, code)
-		side()
 		leaveResult(cfg.StatusFile, state.Result(code), log)
 		return code
 	}
+	// After BuildAgent, whose issuer sends the boot's first TPM command:
+	// nothing the status needs may delay it.
+	side := startSide(cfg, state, log)
+	defer func() { side()() }()
 	defer a.Close()
 	err = a.Boot.Run(ctx)
 	code := app.ExitCode(err)
@@ -186,11 +187,13 @@ func boot(cfg *config.Config, log *slog.Logger, stdout io.Writer) int {
 }
 
 // startSide serves the status API and leaves the "running" result beside
-// the boot rather than before it: the TPM's first command needs neither,
-// and the result's synced write (the file, then its directory) would
-// otherwise delay it. The returned func waits until both are done and
-// gives the API's stop function; every later result waits for it first,
-// so "running" never overwrites how the boot ended.
+// the boot, once the issuer has sent its first TPM command: that command
+// needs neither, and building the API's gRPC server and the result's
+// synced write (the file, then its directory) before it, or in a thread
+// competing with it for a CPU, would delay it. The returned func waits
+// until both are done and gives the API's stop function; every later
+// result waits for it first, so "running" never overwrites how the boot
+// ended.
 func startSide(cfg *config.Config, state *app.State, log *slog.Logger) func() func() {
 	running := state.Result(exitcode.OK)
 	running.Result, running.ExitCode, running.Exit = "running", 0, ""

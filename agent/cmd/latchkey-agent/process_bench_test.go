@@ -77,6 +77,13 @@ func (r processRun) since(b *testing.B, prefix string) time.Duration {
 // collects what it notified.
 func runProcess(b *testing.B, bin string, args ...string) processRun {
 	b.Helper()
+	return runProcessPID(b, nil, bin, args...)
+}
+
+// runProcessPID is runProcess telling started, when not nil, the
+// process's pid as soon as it runs.
+func runProcessPID(b *testing.B, started func(pid int), bin string, args ...string) processRun {
+	b.Helper()
 	conn, path := sdnotifytest.Listen(b)
 	defer conn.Close()
 	ch := make(chan notification, 64)
@@ -86,7 +93,13 @@ func runProcess(b *testing.B, bin string, args ...string) processRun {
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	start := time.Now()
-	err := cmd.Run()
+	err := cmd.Start()
+	if err == nil {
+		if started != nil {
+			started(cmd.Process.Pid)
+		}
+		err = cmd.Wait()
+	}
 	wall := time.Since(start)
 	if err != nil {
 		b.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, stderr.String())
@@ -106,13 +119,42 @@ func runProcess(b *testing.B, bin string, args ...string) processRun {
 // processTotals keeps one binary's runs.
 type processTotals struct {
 	tpm, attest, ready, wall, cpu, verWall, verCPU []time.Duration
+	sched                                          schedTotals
+}
+
+// schedTotals keeps, per boot, its threads' CPU and run-queue wait up to
+// its first TPM command (tpmRelay), and how many boots it could not read.
+type schedTotals struct {
+	cpu, wait []time.Duration
+	missed    int
+}
+
+// bootThroughRelay runs one key-only boot of bin through relay, keeping its
+// scheduler statistics at the first TPM command in s.
+func bootThroughRelay(b *testing.B, s *schedTotals, relay *tpmRelay, bin string, args []string) processRun {
+	relay.mark()
+	r := runProcessPID(b, relay.started, bin, args...)
+	if st, ok := relay.schedAtFirst(); ok {
+		s.cpu, s.wait = append(s.cpu, st.cpu), append(s.wait, st.wait)
+	} else {
+		s.missed++
+	}
+	return r
+}
+
+// report reports the medians of s, each metric name prefixed.
+func (s *schedTotals) report(b *testing.B, prefix string) {
+	b.ReportMetric(ms(median(s.cpu)), prefix+"exec-to-tpm-cpu-ms/op")
+	b.ReportMetric(ms(median(s.wait)), prefix+"exec-to-tpm-runq-ms/op")
+	if s.missed > 0 {
+		b.Logf("%sscheduler statistics not read for %d boots (pid not known at the first TPM command)", prefix, s.missed)
+	}
 }
 
 // add runs one key-only boot and one `version` of bin; relay notes the
 // boot's first TPM command.
 func (t *processTotals) add(b *testing.B, bin string, args []string, relay *tpmRelay) {
-	relay.mark()
-	r := runProcess(b, bin, args...)
+	r := bootThroughRelay(b, &t.sched, relay, bin, args)
 	t.tpm = append(t.tpm, relay.since(b, r.start))
 	t.attest = append(t.attest, r.since(b, "STATUS=attesting to"))
 	t.ready = append(t.ready, r.since(b, "READY=1"))
@@ -124,6 +166,7 @@ func (t *processTotals) add(b *testing.B, bin string, args []string, relay *tpmR
 // report reports the medians of t, each metric name prefixed.
 func (t *processTotals) report(b *testing.B, prefix string) {
 	b.ReportMetric(ms(median(t.tpm)), prefix+"exec-to-tpm-ms/op")
+	t.sched.report(b, prefix)
 	b.ReportMetric(ms(median(t.attest)), prefix+"exec-to-attest-ms/op")
 	b.ReportMetric(ms(median(t.ready)), prefix+"exec-to-ready-ms/op")
 	b.ReportMetric(ms(median(t.wall)), prefix+"boot-wall-ms/op")
@@ -135,12 +178,12 @@ func (t *processTotals) report(b *testing.B, prefix string) {
 // keyOnlyBoot is the agent's command line for a key-only boot with no
 // join and no re-attestation against the verifier at addr (pinned by
 // pin) and the TPM at device, its files in dir.
-func keyOnlyBoot(b *testing.B, dir, addr, pin, device string) []string {
-	b.Helper()
+func keyOnlyBoot(tb testing.TB, dir, addr, pin, device string) []string {
+	tb.Helper()
 	// The status socket in the test's directory, not the system's.
 	conf := filepath.Join(dir, "agent.yaml")
 	if err := os.WriteFile(conf, []byte("statusSocket: "+filepath.Join(dir, "admin.sock")+"\n"), 0o600); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return []string{"run", "--config", conf, "--kernel-cmdline", "/dev/null", "--verifier", addr, "--pin", pin,
 		"--tpm-device", device, "--node-name", "n1", "--disk-mode", "key-only",
@@ -153,7 +196,10 @@ func keyOnlyBoot(b *testing.B, dir, addr, pin, device string) []string {
 // unlike BenchmarkStartToReadyOverhead, which calls run() inside the test
 // and so counts neither exec, the runtime's start nor package
 // initialisers. The TPM is reached through a relay that notes each
-// boot's first TPM command (exec-to-tpm). Each iteration also starts `latchkey-agent version`, the
+// boot's first TPM command (exec-to-tpm) and the agent's CPU and
+// run-queue wait up to it (exec-to-tpm-cpu, exec-to-tpm-runq: the part
+// of exec-to-tpm that is the agent's own work, and the part spent
+// waiting for a CPU on a shared machine). Each iteration also starts `latchkey-agent version`, the
 // process cost of doing nothing, and a static Go hello world, the floor
 // of any Go process (hello-* metrics). With LATCHKEY_AGENT_COMPARE set to
 // another agent binary (an older build, say), that binary does the same

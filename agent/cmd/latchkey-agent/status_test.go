@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -222,4 +224,38 @@ func between(t *testing.T, s, start, end string) string {
 		rest = rest[:j]
 	}
 	return rest
+}
+
+// The status API and the "running" result come after the boot's first
+// TPM command, so neither delays it: when that command reaches the TPM,
+// neither the socket nor the result file exists, and the boot still
+// leaves its result once it is done.
+func TestStatusStartsAfterFirstTPMCommand(t *testing.T) {
+	sim := tpmtest.Start(t)
+	addr, pin := startVerifier(t, sim)
+	relay := startTPMRelay(t, strings.TrimPrefix(sim.Device, "tcp://"))
+	dir := t.TempDir()
+	args := keyOnlyBoot(t, dir, addr, pin, "tcp://"+relay.addr)
+	socket, file := filepath.Join(dir, "admin.sock"), filepath.Join(dir, "last.json")
+	var atFirst []string
+	relay.onFirst = func() {
+		for _, p := range []string{socket, file} {
+			if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+				atFirst = append(atFirst, fmt.Sprintf("%s: %v", p, err))
+			}
+		}
+	}
+	relay.mark()
+	if code, out, _ := agentProcess(t, args...); code != 0 {
+		t.Fatalf("boot exit %d:\n%s", code, out)
+	}
+	if relay.first.Load() == 0 {
+		t.Fatal("no TPM command went through the relay")
+	}
+	if len(atFirst) > 0 {
+		t.Fatalf("made before the first TPM command: %v", atFirst)
+	}
+	if r, err := app.ReadLastResult(file); err != nil || r.Result != "ready" {
+		t.Fatalf("last result %+v: %v", r, err)
+	}
 }

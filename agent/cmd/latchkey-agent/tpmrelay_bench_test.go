@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"sort"
 	"sync/atomic"
 	"testing"
@@ -13,20 +16,55 @@ import (
 // when the first byte of a TPM command reaches it after mark: the
 // agent's exec → first TPM command, taken where swtpm would receive it
 // (one loopback hop earlier), with no tracer slowing the process down.
+// At that byte it also reads the agent's scheduler statistics (before
+// forwarding it, while the agent waits for the answer): how much CPU its
+// threads had used by then and how long they had waited for one, which
+// the wall time alone cannot tell apart on a loaded machine.
 type tpmRelay struct {
 	addr  string
 	first atomic.Int64 // UnixNano of the first command byte since mark; 0 none
+	pid   atomic.Int64 // the process being measured; 0 not yet known
+	sched atomic.Pointer[schedStat]
+	// onFirst, when set before the agent starts, runs at the first
+	// command byte since mark, before the byte is forwarded.
+	onFirst func()
+}
+
+// schedStat is a process's threads' time on a CPU and waiting in a run
+// queue, summed (/proc/PID/task/*/schedstat).
+type schedStat struct{ cpu, wait time.Duration }
+
+// readSchedStat sums pid's threads' scheduler statistics.
+func readSchedStat(pid int64) (*schedStat, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		return nil, fmt.Errorf("no threads of %d: %v", pid, err)
+	}
+	var st schedStat
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			return nil, err
+		}
+		var cpu, wait, slices int64
+		if _, err := fmt.Sscan(string(b), &cpu, &wait, &slices); err != nil {
+			return nil, fmt.Errorf("%s: %w", t, err)
+		}
+		st.cpu += time.Duration(cpu)
+		st.wait += time.Duration(wait)
+	}
+	return &st, nil
 }
 
 // startTPMRelay relays every connection to target (swtpm's "host:port")
 // until the benchmark ends.
-func startTPMRelay(b *testing.B, target string) *tpmRelay {
-	b.Helper()
+func startTPMRelay(tb testing.TB, target string) *tpmRelay {
+	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { lis.Close() })
+	tb.Cleanup(func() { lis.Close() })
 	r := &tpmRelay{addr: lis.Addr().String()}
 	go func() {
 		for {
@@ -52,7 +90,12 @@ func (r *tpmRelay) relay(c net.Conn, target string) {
 	for {
 		n, err := c.Read(buf)
 		if n > 0 {
-			r.first.CompareAndSwap(0, time.Now().UnixNano())
+			if r.first.CompareAndSwap(0, time.Now().UnixNano()) {
+				r.noteSched()
+				if r.onFirst != nil {
+					r.onFirst()
+				}
+			}
 			if _, werr := up.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -63,8 +106,35 @@ func (r *tpmRelay) relay(c net.Conn, target string) {
 	}
 }
 
+// noteSched keeps the measured process's scheduler statistics, when its
+// pid is known and it has threads to read.
+func (r *tpmRelay) noteSched() {
+	if pid := r.pid.Load(); pid != 0 {
+		if st, err := readSchedStat(pid); err == nil {
+			r.sched.Store(st)
+		}
+	}
+}
+
 // mark starts a new process's measurement.
-func (r *tpmRelay) mark() { r.first.Store(0) }
+func (r *tpmRelay) mark() {
+	r.first.Store(0)
+	r.pid.Store(0)
+	r.sched.Store(nil)
+}
+
+// started tells the relay which process it measures.
+func (r *tpmRelay) started(pid int) { r.pid.Store(int64(pid)) }
+
+// schedAtFirst is the measured process's CPU and run-queue wait up to its
+// first TPM command; ok is false when they could not be read (its pid
+// was not known yet when the command arrived).
+func (r *tpmRelay) schedAtFirst() (st schedStat, ok bool) {
+	if p := r.sched.Load(); p != nil {
+		return *p, true
+	}
+	return schedStat{}, false
+}
 
 // since is the time from start to the first TPM command after mark.
 func (r *tpmRelay) since(b *testing.B, start time.Time) time.Duration {
