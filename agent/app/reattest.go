@@ -5,6 +5,7 @@ import (
 
 	"github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
+	"github.com/latchkey/latchkey/agent/cordon"
 	"github.com/latchkey/latchkey/agent/disk"
 	"github.com/latchkey/latchkey/agent/reattest"
 	"github.com/latchkey/latchkey/agent/ticket"
@@ -49,12 +50,28 @@ func (a *Agent) Reattest(plan disk.Plan, onRound func(int, reattest.Result, erro
 	if err != nil {
 		return nil, err
 	}
+	cordoner, err := a.cordoner()
+	if err != nil {
+		return nil, err
+	}
 	return reattest.New(reattest.Config{NodeName: a.cfg.NodeName, DiskUUID: plan.UUID, Role: role(a.cfg.Role),
 		DiskKeyGeneration: plan.KeyGeneration,
 		// The ticket client's own timeout ends a round first, so its
 		// error keeps the refusal (a cut-short parent would hide it).
 		Tickets: tickets, Interval: interval, RoundTimeout: round + roundGrace, Logger: a.deps.Logger, OnRound: onRound,
-		Offline: a.Boot, StopWhenAttested: offlineOnly})
+		Offline: a.Boot, StopWhenAttested: offlineOnly, Cordon: cordoner})
+}
+
+// cordoner cordons the Node after an offline boot in Kubernetes mode
+// (join not disabled), with the kubelet's credentials; nil otherwise.
+// Nothing waits for it but the first re-attestation: the boot and the
+// kubelet have started already, and an API server that is down (a
+// whole-cluster power loss) only delays the attempts.
+func (a *Agent) cordoner() (reattest.Cordoner, error) {
+	if a.cfg.Join.Disabled || !a.Boot.BootedOffline() {
+		return nil, nil
+	}
+	return cordon.New(cordon.Config{NodeName: a.cfg.NodeName, Kubeconfig: cordon.DefaultKubeconfig, Logger: a.deps.Logger})
 }
 
 // roundGrace is how much longer a round may run than its ticket client.
