@@ -74,8 +74,11 @@ type Result string
 const (
 	// Cordoned: this attempt set spec.unschedulable and the annotation.
 	Cordoned Result = "cordoned"
-	// AlreadyOurs: the Node already carries latchkey's cordon.
-	AlreadyOurs Result = "already cordoned by latchkey"
+	// Renewed: the Node already carried latchkey's cordon (an earlier
+	// offline boot that no verifier has attested since); this attempt
+	// moved its time to now, so only a re-attestation after this boot
+	// lifts it.
+	Renewed Result = "cordon renewed"
 	// OperatorCordon: the Node was unschedulable without latchkey's
 	// annotation; it is left as it is.
 	OperatorCordon Result = "already unschedulable (not latchkey's cordon): left alone"
@@ -136,7 +139,7 @@ func (c *Cordoner) Cordon(ctx context.Context) (done bool) {
 			logkey.Node, c.cfg.NodeName, logkey.Error, err.Error())
 		return false
 	}
-	if r == Cordoned {
+	if r == Cordoned || r == Renewed {
 		c.cfg.Logger.Warn("node cordoned while offline: unschedulable until a verifier attests it", logkey.Node, c.cfg.NodeName, logkey.Result, string(r))
 	} else {
 		c.cfg.Logger.Info("node not cordoned after the offline unlock", logkey.Node, c.cfg.NodeName, logkey.Result, string(r))
@@ -144,8 +147,9 @@ func (c *Cordoner) Cordon(ctx context.Context) (done bool) {
 	return true
 }
 
-// Attempt reads the Node and cordons it if it is schedulable; a conflict
-// re-reads it (a bounded number of times).
+// Attempt reads the Node and cordons it if it is schedulable, or renews
+// latchkey's own cordon; a conflict re-reads it (a bounded number of
+// times).
 func (c *Cordoner) Attempt(ctx context.Context) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
@@ -159,10 +163,8 @@ func (c *Cordoner) Attempt(ctx context.Context) (Result, error) {
 		if err != nil {
 			return "", err
 		}
-		if n.Spec.Unschedulable {
-			if n.Metadata.Annotations[kubekey.AnnotationCordoned] == ValueOffline {
-				return AlreadyOurs, nil
-			}
+		ours := n.Metadata.Annotations[kubekey.AnnotationCordoned] == ValueOffline
+		if n.Spec.Unschedulable && !ours {
 			return OperatorCordon, nil
 		}
 		if date.IsZero() {
@@ -174,6 +176,9 @@ func (c *Cordoner) Attempt(ctx context.Context) (Result, error) {
 		}
 		if err != nil {
 			return "", err
+		}
+		if n.Spec.Unschedulable {
+			return Renewed, nil
 		}
 		return Cordoned, nil
 	}

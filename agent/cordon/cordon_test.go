@@ -40,6 +40,8 @@ type fakeAPI struct {
 	methods []string
 	// clientCN is the client certificate's common name of each request.
 	clientCN []string
+	// date is the Date sent (testDate when zero).
+	date time.Time
 }
 
 const testNode = "worker-1"
@@ -65,7 +67,11 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f.before != nil {
 		f.before(f, r)
 	}
-	w.Header().Set("Date", testDate.Format(http.TimeFormat))
+	date := f.date
+	if date.IsZero() {
+		date = testDate
+	}
+	w.Header().Set("Date", date.Format(http.TimeFormat))
 	if h := f.respond[r.Method]; h != nil {
 		h(w)
 		return
@@ -208,9 +214,14 @@ func TestCordonsASchedulableNode(t *testing.T) {
 	if rv := f.patches[0]["metadata"].(map[string]any)["resourceVersion"]; rv != "7" {
 		t.Fatalf("patch resourceVersion %v, want 7", rv)
 	}
-	// Done: a second attempt finds latchkey's own cordon and sends nothing.
-	if r, err := c.Attempt(context.Background()); r != AlreadyOurs || err != nil || len(f.patches) != 1 {
-		t.Fatalf("second attempt: %q %v, %d patches", r, err, len(f.patches))
+	// A later offline boot finds latchkey's own cordon and renews its
+	// time (here the API server's clock moved on).
+	f.mu.Lock()
+	f.date = testDate.Add(time.Hour)
+	f.mu.Unlock()
+	if r, err := c.Attempt(context.Background()); r != Renewed || err != nil || len(f.patches) != 2 ||
+		f.annotations[kubekey.AnnotationCordonedAt] != "2026-03-01T13:00:00Z" || !f.unschedulable {
+		t.Fatalf("second attempt: %q %v, %d patches, annotations %v", r, err, len(f.patches), f.annotations)
 	}
 }
 
