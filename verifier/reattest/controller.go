@@ -12,6 +12,12 @@
 //     silent, or its re-attestations never reached a verifier;
 //   - attested: otherwise; the taint is removed.
 //
+// A Node its agent cordoned after an offline unlock while no verifier ran
+// (annotation latchkey.io/cordoned, agent/cordon) counts as booted
+// offline from its cordon time; the pass that finds it attested after
+// that lifts the cordon with the taint. A cordon without that annotation
+// is an operator's and is never lifted.
+//
 // A Node without a bound node Lease (not joined through latchkey) is left
 // alone. One replica acts at a time: the controller runs only while it
 // holds a coordination.k8s.io Lease in latchkey-system through client-go's
