@@ -257,8 +257,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 	var errs []error
 	for _, st := range sts {
 		n := nodes[st.Node]
-		st.BootedOffline = offlineSince(st, n)
-		state, reason := Decide(st, now, c.cfg.Deadline)
+		state, reason := c.decide(st, n, now)
 		switch state {
 		case Attested:
 			counts[0]++
@@ -279,7 +278,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		if state == Attested && c.cfg.Effect == EffectNone && c.cfg.OfflineEffect == EffectNone && !agentCordoned(n) {
 			continue // report-only throughout: this controller never taints
 		}
-		if err := c.reconcile(ctx, n, state, reason); err != nil {
+		if err := c.reconcile(ctx, n, st, now, state, reason); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -326,7 +325,10 @@ const conflictRetries = 3
 // controller, an operator's cordon or taint) is re-read and decided
 // again, never overwritten. A list that lagged behind conflicts the same
 // way.
-func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, state State, reason string) error {
+//
+// The Node read again is decided again too: a cordon the agent renewed
+// meanwhile (a later offline boot) moves the node back to offline.
+func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, st binding.NodeStatus, now time.Time, state State, reason string) error {
 	for try := 1; ; try++ {
 		err := c.reconcileOnce(ctx, n, state, reason)
 		if !apierrors.IsConflict(err) {
@@ -339,7 +341,16 @@ func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, state State,
 		if n, err = c.cfg.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return fmt.Errorf("read node %s again: %w", name, err)
 		}
+		state, reason = c.decide(st, n, now)
 	}
+}
+
+// decide is the state of the node of st whose Node is n (nil: not
+// registered) at now: Decide, with the agent's offline cordon counted as
+// an offline boot.
+func (c *Controller) decide(st binding.NodeStatus, n *corev1.Node, now time.Time) (State, string) {
+	st.BootedOffline = offlineSince(st, n)
+	return Decide(st, now, c.cfg.Deadline)
 }
 
 // reconcileOnce patches n if it disagrees with state; a conflict is

@@ -181,3 +181,31 @@ func TestOfflineSince(t *testing.T) {
 		t.Fatalf("time without the annotation: %v", got)
 	}
 }
+
+// A conflict whose re-read finds the agent's cordon renewed after the
+// re-attestation (a later offline boot) decides again: the node is
+// offline, the cordon stays, the taint goes on.
+func TestUncordonConflictFindsRenewedCordon(t *testing.T) {
+	c := fake.NewClientset(cordoned("w-1", t0))
+	conflicts := 0
+	c.PrependReactor("patch", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if conflicts > 0 {
+			return false, nil, nil
+		}
+		conflicts++
+		gvr := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+		if err := c.Tracker().Update(gvr, cordoned("w-1", t0.Add(2*time.Minute)), ""); err != nil {
+			t.Fatal(err)
+		}
+		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "nodes"}, "w-1", nil)
+	})
+	now := t0.Add(3 * time.Minute)
+	ctl, _ := New(Config{Client: c, Statuses: statuses{attestedAt(t0.Add(time.Minute))}, Identity: "t", Now: func() time.Time { return now }})
+	if err := ctl.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n := getNode(t, c, "w-1")
+	if tt := taintOf(t, c, "w-1"); tt == nil || tt.Value != "offline" || !n.Spec.Unschedulable || n.Annotations[kubekey.AnnotationCordoned] != "offline" {
+		t.Fatalf("after the conflict: taint %+v, unschedulable %v, annotations %v", tt, n.Spec.Unschedulable, n.Annotations)
+	}
+}
