@@ -22,6 +22,8 @@ type Agent struct {
 	cfg    *config.Config
 	deps   Deps
 	issuer attest.Issuer
+	// cordon is the offline cordon of this boot (nil: none).
+	cordon *cordon.Cordoner
 }
 
 // Reattest builds the loop that re-attests the booted node (plan is what
@@ -71,8 +73,17 @@ func (a *Agent) cordoner() (reattest.Cordoner, error) {
 	if a.cfg.Join.Disabled || !a.Boot.BootedOffline() {
 		return nil, nil
 	}
-	return cordon.New(cordon.Config{NodeName: a.cfg.NodeName, Kubeconfig: cordon.DefaultKubeconfig, Logger: a.deps.Logger})
+	c, err := cordon.New(cordon.Config{NodeName: a.cfg.NodeName, Kubeconfig: cordon.DefaultKubeconfig, Logger: a.deps.Logger})
+	if err != nil {
+		return nil, err
+	}
+	a.cordon = c
+	return c, nil
 }
+
+// CordonedOffline reports whether the agent cordoned its Node after this
+// boot's offline unlock.
+func (a *Agent) CordonedOffline() bool { return a.cordon != nil && a.cordon.Cordoned() }
 
 // roundGrace is how much longer a round may run than its ticket client.
 const roundGrace = 5 * time.Second

@@ -35,6 +35,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -107,7 +108,11 @@ type Config struct {
 }
 
 // Cordoner cordons the agent's Node.
-type Cordoner struct{ cfg Config }
+type Cordoner struct {
+	cfg Config
+	// cordoned: an attempt cordoned the Node (or renewed the cordon).
+	cordoned atomic.Bool
+}
 
 // New checks cfg and fills defaults.
 func New(cfg Config) (*Cordoner, error) {
@@ -140,12 +145,17 @@ func (c *Cordoner) Cordon(ctx context.Context) (done bool) {
 		return false
 	}
 	if r == Cordoned || r == Renewed {
+		c.cordoned.Store(true)
 		c.cfg.Logger.Warn("node cordoned while offline: unschedulable until a verifier attests it", logkey.Node, c.cfg.NodeName, logkey.Result, string(r))
 	} else {
 		c.cfg.Logger.Info("node not cordoned after the offline unlock", logkey.Node, c.cfg.NodeName, logkey.Result, string(r))
 	}
 	return true
 }
+
+// Cordoned reports whether an attempt of Cordon cordoned the Node (the
+// status line says so).
+func (c *Cordoner) Cordoned() bool { return c.cordoned.Load() }
 
 // Attempt reads the Node and cordons it if it is schedulable, or renews
 // latchkey's own cordon; a conflict re-reads it (a bounded number of

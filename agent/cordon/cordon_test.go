@@ -198,8 +198,8 @@ func newCordoner(t *testing.T, kubeconfig string) *Cordoner {
 func TestCordonsASchedulableNode(t *testing.T) {
 	f := &fakeAPI{rv: 7, annotations: map[string]string{"node.alpha.kubernetes.io/ttl": "0"}}
 	c := newCordoner(t, serve(t, f))
-	if !c.Cordon(context.Background()) {
-		t.Fatal("not done")
+	if !c.Cordon(context.Background()) || !c.Cordoned() {
+		t.Fatalf("done %v", c.Cordoned())
 	}
 	if fmt.Sprint(f.methods) != "[GET PATCH]" || !f.unschedulable {
 		t.Fatalf("requests %v, unschedulable %v", f.methods, f.unschedulable)
@@ -232,6 +232,10 @@ func TestLeavesAnOperatorsCordonAlone(t *testing.T) {
 	r, err := c.Attempt(context.Background())
 	if r != OperatorCordon || err != nil || len(f.patches) != 0 || f.annotations != nil {
 		t.Fatalf("%q %v, patches %v, annotations %v", r, err, f.patches, f.annotations)
+	}
+	// Done, but the status does not say the agent cordoned the node.
+	if !c.Cordon(context.Background()) || c.Cordoned() {
+		t.Fatalf("operator's cordon: cordoned %v", c.Cordoned())
 	}
 	// The slip: an annotation that is not latchkey's value does not make
 	// the cordon latchkey's.
@@ -379,7 +383,7 @@ func TestAPIServerDown(t *testing.T) {
 	srv.Close()
 	kc := WriteKubeletConfig(t, t.TempDir(), url, ca.Cert.Raw, pkitest.Issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "n"}}, ca))
 	c := newCordoner(t, kc)
-	if c.Cordon(context.Background()) {
+	if c.Cordon(context.Background()) || c.Cordoned() {
 		t.Fatal("done with no API server")
 	}
 	if _, err := c.Attempt(context.Background()); err == nil || !strings.Contains(err.Error(), "connection refused") {
