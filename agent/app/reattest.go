@@ -5,6 +5,7 @@ import (
 
 	"github.com/latchkey/latchkey/agent/boot"
 	"github.com/latchkey/latchkey/agent/config"
+	"github.com/latchkey/latchkey/agent/cordon"
 	"github.com/latchkey/latchkey/agent/disk"
 	"github.com/latchkey/latchkey/agent/reattest"
 	"github.com/latchkey/latchkey/agent/ticket"
@@ -21,6 +22,8 @@ type Agent struct {
 	cfg    *config.Config
 	deps   Deps
 	issuer attest.Issuer
+	// cordon is the offline cordon of this boot (nil: none).
+	cordon *cordon.Cordoner
 }
 
 // Reattest builds the loop that re-attests the booted node (plan is what
@@ -49,13 +52,38 @@ func (a *Agent) Reattest(plan disk.Plan, onRound func(int, reattest.Result, erro
 	if err != nil {
 		return nil, err
 	}
+	cordoner, err := a.cordoner()
+	if err != nil {
+		return nil, err
+	}
 	return reattest.New(reattest.Config{NodeName: a.cfg.NodeName, DiskUUID: plan.UUID, Role: role(a.cfg.Role),
 		DiskKeyGeneration: plan.KeyGeneration,
 		// The ticket client's own timeout ends a round first, so its
 		// error keeps the refusal (a cut-short parent would hide it).
 		Tickets: tickets, Interval: interval, RoundTimeout: round + roundGrace, Logger: a.deps.Logger, OnRound: onRound,
-		Offline: a.Boot, StopWhenAttested: offlineOnly})
+		Offline: a.Boot, StopWhenAttested: offlineOnly, Cordon: cordoner})
 }
+
+// cordoner cordons the Node after an offline boot in Kubernetes mode
+// (join not disabled), with the kubelet's credentials; nil otherwise.
+// Nothing waits for it but the first re-attestation: the boot and the
+// kubelet have started already, and an API server that is down (a
+// whole-cluster power loss) only delays the attempts.
+func (a *Agent) cordoner() (reattest.Cordoner, error) {
+	if a.cfg.Join.Disabled || !a.Boot.BootedOffline() {
+		return nil, nil
+	}
+	c, err := cordon.New(cordon.Config{NodeName: a.cfg.NodeName, Kubeconfig: cordon.DefaultKubeconfig, Logger: a.deps.Logger})
+	if err != nil {
+		return nil, err
+	}
+	a.cordon = c
+	return c, nil
+}
+
+// CordonedOffline reports whether the agent cordoned its Node after this
+// boot's offline unlock.
+func (a *Agent) CordonedOffline() bool { return a.cordon != nil && a.cordon.Cordoned() }
 
 // roundGrace is how much longer a round may run than its ticket client.
 const roundGrace = 5 * time.Second

@@ -81,6 +81,20 @@ type Config struct {
 	// StopWhenAttested ends Run after the first round that attests (the
 	// re-attestation an offline boot owes with re-attestation off).
 	StopWhenAttested bool
+	// Cordon marks the Node unschedulable after an offline boot
+	// (agent/cordon); optional.
+	Cordon Cordoner
+}
+
+// Cordoner cordons the node after an offline boot. Run calls it before
+// each round while the node booted offline and has not been attested
+// since, until it reports done: the attempt always completes before the
+// round's re-attestation is sent, so the verifier's uncordon, which
+// follows that re-attestation, is never overtaken by a late cordon. A
+// round that attests ends the attempts, whether or not one succeeded.
+type Cordoner interface {
+	// Cordon makes one bounded attempt; done when nothing is left to do.
+	Cordon(ctx context.Context) (done bool)
 }
 
 // Offline is what a round reports of the node's offline grant and how it
@@ -135,6 +149,7 @@ func (l *Loop) Next() time.Duration {
 // Run waits an interval, re-attests, and repeats until ctx ends; it
 // returns nil then. No round's failure ends it.
 func (l *Loop) Run(ctx context.Context) error {
+	cordoned := false
 	for round := 1; ; round++ {
 		wait := l.Next()
 		if l.cfg.Offline != nil && l.cfg.Offline.BootedOffline() {
@@ -148,6 +163,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		if err := l.cfg.Sleep(ctx, wait); err != nil {
 			return nil
+		}
+		if !cordoned && l.cfg.Cordon != nil && l.cfg.Offline != nil && l.cfg.Offline.BootedOffline() {
+			cordoned = l.cfg.Cordon.Cordon(ctx)
 		}
 		r, err := l.Round(ctx)
 		if ctx.Err() != nil {

@@ -106,4 +106,14 @@ const (
 	// every Node that is not currently attested (value "refused",
 	// "offline" or "stale").
 	TaintUnattested = "latchkey.io/unattested"
+	// AnnotationCordoned marks a cordon latchkey's agent set (value
+	// "offline"): after an offline unlock it sets spec.unschedulable with
+	// the kubelet's own credentials, which may not taint its Node
+	// (NodeRestriction). The verifier lifts only a cordon that carries it,
+	// never an operator's.
+	AnnotationCordoned = "latchkey.io/cordoned"
+	// AnnotationCordonedAt (RFC 3339, UTC, the API server's clock) is when
+	// the agent cordoned the Node; only a re-attestation accepted after it
+	// lifts the cordon.
+	AnnotationCordonedAt = "latchkey.io/cordoned-at"
 )

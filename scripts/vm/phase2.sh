@@ -816,6 +816,11 @@ p2_offline_first() {
   if p2_k8s; then
     check "host: node latchkey-e2e carries no unattested (offline) taint" kc untainted -node latchkey-e2e -timeout 60s
   fi
+  # The agent cordons its Node if the API server came back before the
+  # verifier answered; either way the re-attestation leaves it schedulable.
+  if [[ $P2_JOIN == kubeadm ]]; then
+    check "host: node latchkey-e2e not cordoned after the re-attestation" kc uncordoned -node latchkey-e2e -timeout 120s
+  fi
   step_done "offline: boot 1 of $P2_OFFLINE_MAX_BOOTS, host back, re-attested" "$BOOT_SECS" "$(boot_note)"
 }
 
@@ -844,21 +849,45 @@ p2_offline_other_uki() {
 
 # p2_offline_second: boot 2 of 2 since the re-attestation that renewed the
 # grant (the refused boot counted too); without that renewal the bound
-# would already be spent.
+# would already be spent. The control plane is back before this boot, the
+# verifier is not (an outage of the verifier alone): with a real kubelet
+# the agent cordons its own Node with the kubelet's credentials, which
+# the host sees while the guest holds; p2_offline_spent shows the
+# verifier lifting the cordon once the node re-attests.
 p2_offline_second() {
+  if p2_k8s; then cp_ctl start; fi
   audit_mark
-  boot n1 offline-2
+  [[ $P2_JOIN == kubeadm ]] && p2_hold p2_live_cordoned
+  # shellcheck disable=SC2046 # no knob or one word
+  boot n1 offline-2 -- $(p2_hold_arg)
   check_offline_boot 2
   check "verifier stayed down (no audit line)" test "$(audit_count .)" -eq 0
-  step_done "offline: boot 2 of $P2_OFFLINE_MAX_BOOTS (renewed grant)" "$BOOT_SECS" "$(boot_note)"
+  local note
+  note=$(boot_note)
+  if [[ $P2_JOIN == kubeadm ]]; then
+    check_live
+    check "agent: node cordoned while offline" serial_has 'msg="?node cordoned while offline'
+    note="$note; Node cordoned by the agent"
+  fi
+  step_done "offline: boot 2 of $P2_OFFLINE_MAX_BOOTS (renewed grant), verifier alone down" "$BOOT_SECS" "$note"
+}
+
+# p2_live_cordoned: while the guest holds, its Node is cordoned with
+# latchkey's annotation (the agent's, with the kubelet's credentials: no
+# verifier runs), and carries no taint (nothing could set one).
+p2_live_cordoned() {
+  check "host: node latchkey-e2e cordoned by latchkey (verifier down)" kc cordoned -node latchkey-e2e -timeout 120s
+  check "host: node latchkey-e2e carries no unattested taint (no verifier ran)" kc untainted -node latchkey-e2e
+  echo "done" >"$HOLD_FILE"
 }
 
 # p2_offline_spent: the next boot is past maxBoots: the TPM refuses naming
 # the boot bound and the agent waits for a verifier as without a grant.
-# The control plane is back before the boot, the verifier when the agent
-# logs the refusal: a rejoin opens the disk and renews the grant.
+# The control plane is back since p2_offline_second, the verifier comes
+# when the agent logs the refusal: a rejoin opens the disk and renews the
+# grant; the re-attestations that follow lift the agent's cordon of the
+# offline boot before.
 p2_offline_spent() {
-  if p2_k8s; then cp_ctl start; fi
   audit_mark
   BOOT_TRIGGER_RE='offline unlock refused by the TPM'
   BOOT_TRIGGER_FN=verifier_start
@@ -879,6 +908,10 @@ p2_offline_spent() {
   check_join skip
   if p2_k8s; then
     check "host: node latchkey-e2e carries no unattested taint" kc untainted -node latchkey-e2e -timeout 60s
+  fi
+  if [[ $P2_JOIN == kubeadm ]]; then
+    check "host: node latchkey-e2e uncordoned, latchkey's annotation gone" kc uncordoned -node latchkey-e2e -timeout 120s
+    check "verifier: lifted latchkey's cordon" verifier_logged "msg=\"node attested after its offline boot; latchkey's cordon lifted\" .*node=latchkey-e2e"
   fi
   step_done "offline: spent after $P2_OFFLINE_MAX_BOOTS boots, waits, rejoins" "$BOOT_SECS" "$(boot_note)"
   if ! kill -0 "$VERIFIER_PID" 2>/dev/null; then verifier_start; fi

@@ -12,6 +12,12 @@
 //     silent, or its re-attestations never reached a verifier;
 //   - attested: otherwise; the taint is removed.
 //
+// A Node its agent cordoned after an offline unlock while no verifier ran
+// (annotation latchkey.io/cordoned, agent/cordon) counts as booted
+// offline from its cordon time; the pass that finds it attested after
+// that lifts the cordon with the taint. A cordon without that annotation
+// is an operator's and is never lifted.
+//
 // A Node without a bound node Lease (not joined through latchkey) is left
 // alone. One replica acts at a time: the controller runs only while it
 // holds a coordination.k8s.io Lease in latchkey-system through client-go's
@@ -250,7 +256,8 @@ func (c *Controller) Pass(ctx context.Context) error {
 	var counts [4]int
 	var errs []error
 	for _, st := range sts {
-		state, reason := Decide(st, now, c.cfg.Deadline)
+		n := nodes[st.Node]
+		state, reason := c.decide(st, n, now)
 		switch state {
 		case Attested:
 			counts[0]++
@@ -261,18 +268,17 @@ func (c *Controller) Pass(ctx context.Context) error {
 		case Offline:
 			counts[3]++
 		}
+		if n == nil {
+			continue // joined through latchkey but not (or no longer) registered
+		}
 		if state != Attested && c.effect(state) == EffectNone {
 			c.cfg.Logger.Warn("node unattested (report-only)", logkey.Node, st.Node, logkey.State, string(state), logkey.Reason, reason)
 			continue
 		}
-		if state == Attested && c.cfg.Effect == EffectNone && c.cfg.OfflineEffect == EffectNone {
+		if state == Attested && c.cfg.Effect == EffectNone && c.cfg.OfflineEffect == EffectNone && !agentCordoned(n) {
 			continue // report-only throughout: this controller never taints
 		}
-		n, ok := nodes[st.Node]
-		if !ok {
-			continue // joined through latchkey but not (or no longer) registered
-		}
-		if err := c.reconcile(ctx, n, state, reason); err != nil {
+		if err := c.reconcile(ctx, n, st, now, state, reason); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -282,27 +288,130 @@ func (c *Controller) Pass(ctx context.Context) error {
 	return errors.Join(append(errs, listErr)...)
 }
 
-// reconcile makes one Node's taint match its state, with a merge patch
-// conditioned on the Node's resourceVersion (a concurrent change to its
-// taints, by kubelet's node controller or an operator, is re-read on the
-// next pass instead of overwritten, as is a list that lagged behind).
-func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, state State, reason string) error {
+// offlineSince is when the node last booted offline as far as the
+// verifier can tell: the Lease's record of it, or the agent's cordon of
+// the Node (latchkey.io/cordoned-at, the API server's clock) when that is
+// later. A node that unlocked offline while no verifier ran cordons
+// itself; until a re-attestation after that cordon is accepted, the
+// controller treats it as booted offline and taints it as such. A cordon
+// annotation without a readable time adds nothing: the Lease decides.
+func offlineSince(st binding.NodeStatus, n *corev1.Node) time.Time {
+	if !agentCordoned(n) {
+		return st.BootedOffline
+	}
+	at, err := time.Parse(time.RFC3339, n.Annotations[kubekey.AnnotationCordonedAt])
+	if err != nil || !at.After(st.BootedOffline) {
+		return st.BootedOffline
+	}
+	return at
+}
+
+// agentCordoned: the Node carries the cordon latchkey's agent sets after
+// an offline unlock (agent/cordon), the only cordon the controller lifts.
+func agentCordoned(n *corev1.Node) bool {
+	return n != nil && n.Annotations[kubekey.AnnotationCordoned] == cordonedOffline
+}
+
+// cordonedOffline is AnnotationCordoned's value (agent/cordon.ValueOffline).
+const cordonedOffline = "offline"
+
+// conflictRetries bounds how often reconcile re-reads a Node that changed
+// between its read and the patch.
+const conflictRetries = 3
+
+// reconcile makes one Node's taint match its state, and lifts the agent's
+// offline cordon of an attested node, in one merge patch conditioned on
+// the Node's resourceVersion: a concurrent change (kubelet's node
+// controller, an operator's cordon or taint) is re-read and decided
+// again, never overwritten. A list that lagged behind conflicts the same
+// way.
+//
+// The Node read again is decided again too: a cordon the agent renewed
+// meanwhile (a later offline boot) moves the node back to offline.
+func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, st binding.NodeStatus, now time.Time, state State, reason string) error {
+	for try := 1; ; try++ {
+		err := c.reconcileOnce(ctx, n, state, reason)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		if try == conflictRetries {
+			return nil // still changing; the next pass decides again
+		}
+		name := n.Name
+		if n, err = c.cfg.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("read node %s again: %w", name, err)
+		}
+		state, reason = c.decide(st, n, now)
+	}
+}
+
+// decide is the state of the node of st whose Node is n (nil: not
+// registered) at now: Decide, with the agent's offline cordon counted as
+// an offline boot.
+func (c *Controller) decide(st binding.NodeStatus, n *corev1.Node, now time.Time) (State, string) {
+	st.BootedOffline = offlineSince(st, n)
+	return Decide(st, now, c.cfg.Deadline)
+}
+
+// reconcileOnce patches n if it disagrees with state; a conflict is
+// returned as the API's error.
+func (c *Controller) reconcileOnce(ctx context.Context, n *corev1.Node, state State, reason string) error {
 	node := n.Name
-	want := state != Attested
+	taints, changed := c.wantTaints(n, state)
+	uncordon := state == Attested && agentCordoned(n)
+	if !changed && !uncordon {
+		return nil
+	}
+	spec := map[string]any{}
+	meta := map[string]any{"resourceVersion": n.ResourceVersion}
+	if changed {
+		spec["taints"] = taints
+	}
+	if uncordon {
+		// The cordon and its annotation go together: a node never keeps
+		// latchkey's annotation on a cordon latchkey no longer claims.
+		spec["unschedulable"] = false
+		meta["annotations"] = map[string]any{kubekey.AnnotationCordoned: nil, kubekey.AnnotationCordonedAt: nil}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta, "spec": spec})
+	if err != nil {
+		return err
+	}
+	if _, err := c.cfg.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if apierrors.IsConflict(err) {
+			return err
+		}
+		return fmt.Errorf("patch node %s: %w", node, err)
+	}
+	switch {
+	case uncordon:
+		c.cfg.Logger.Info("node attested after its offline boot; latchkey's cordon lifted", logkey.Node, node)
+	case state != Attested:
+		c.cfg.Logger.Warn("node tainted unattested", logkey.Node, node, logkey.State, string(state), logkey.Reason, reason, logkey.Effect, c.effect(state))
+	default:
+		c.cfg.Logger.Info("node attested again; taint removed", logkey.Node, node)
+	}
+	return nil
+}
+
+// wantTaints is n's taints as state wants them, and whether that differs
+// from n's.
+func (c *Controller) wantTaints(n *corev1.Node, state State) ([]corev1.Taint, bool) {
+	want := state != Attested && c.effect(state) != EffectNone
 	var taints []corev1.Taint
 	has := false
 	for _, t := range n.Spec.Taints {
 		if t.Key == kubekey.TaintUnattested {
 			has = true
 			if want && string(t.Effect) == c.effect(state) && t.Value == string(state) {
-				return nil
+				return n.Spec.Taints, false
 			}
 			continue
 		}
 		taints = append(taints, t)
 	}
 	if !want && !has {
-		return nil
+		return n.Spec.Taints, false
 	}
 	if want {
 		now := metav1.NewTime(c.cfg.Now())
@@ -311,23 +420,5 @@ func (c *Controller) reconcile(ctx context.Context, n *corev1.Node, state State,
 	if taints == nil {
 		taints = []corev1.Taint{}
 	}
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": n.ResourceVersion},
-		"spec":     map[string]any{"taints": taints},
-	})
-	if err != nil {
-		return err
-	}
-	if _, err := c.cfg.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		if apierrors.IsConflict(err) {
-			return nil // changed meanwhile; the next pass decides again
-		}
-		return fmt.Errorf("patch node %s taints: %w", node, err)
-	}
-	if want {
-		c.cfg.Logger.Warn("node tainted unattested", logkey.Node, node, logkey.State, string(state), logkey.Reason, reason, logkey.Effect, c.effect(state))
-	} else {
-		c.cfg.Logger.Info("node attested again; taint removed", logkey.Node, node)
-	}
-	return nil
+	return taints, true
 }

@@ -210,7 +210,11 @@ func startSide(cfg *config.Config, state *app.State, log *slog.Logger) func() fu
 // with how much of its grant is left, until a verifier attests it.
 func readyLine(a *app.Agent) string {
 	if st, ok := a.Boot.OfflineStatus(); ok {
-		return "node ready; " + bootpkg.OfflineLine(st)
+		line := "node ready; " + bootpkg.OfflineLine(st)
+		if a.CordonedOffline() {
+			line += "; cordoned while offline"
+		}
+		return line
 	}
 	return "node ready"
 }

@@ -13,6 +13,8 @@
 //	k8scheck -kubeconfig F csr-denied   -node N [-since T] [-timeout D]
 //	k8scheck -kubeconfig F token-gone   -id ID [-timeout D]
 //	k8scheck -kubeconfig F untainted    -node N [-timeout D]
+//	k8scheck -kubeconfig F cordoned     -node N [-timeout D]
+//	k8scheck -kubeconfig F uncordoned   -node N [-timeout D]
 //
 // It is a test tool: it is built and run by the harness only and is no
 // part of latchkey's binaries.
@@ -98,7 +100,7 @@ func run(args []string) int {
 	checks := map[string]func(context.Context, kubernetes.Interface, *rest.Config, opts) (string, error){
 		"node-ready": nodeReady, "node-absent": nodeAbsent, "node-delete": nodeDelete,
 		"client-cert": clientCert, "csr-approved": csrApproved, "csr-denied": csrDenied, "token-gone": tokenGone,
-		"untainted": untainted,
+		"untainted": untainted, "cordoned": cordoned, "uncordoned": uncordoned,
 	}
 	f, ok := checks[sub]
 	if !ok {
@@ -405,5 +407,49 @@ func untainted(ctx context.Context, c kubernetes.Interface, _ *rest.Config, o op
 			}
 		}
 		return fmt.Sprintf("node %s has no %s taint (%d taint(s))", o.node, kubekey.TaintUnattested, len(n.Spec.Taints)), true, nil
+	})
+}
+
+// cordoned: the Node is unschedulable with latchkey's offline-cordon
+// annotation (and its time): the agent cordoned it after an offline
+// unlock, with the kubelet's credentials.
+func cordoned(ctx context.Context, c kubernetes.Interface, _ *rest.Config, o opts) (string, error) {
+	return nodeState(ctx, c, o, func(n *corev1.Node) (string, bool) {
+		v, at := n.Annotations[kubekey.AnnotationCordoned], n.Annotations[kubekey.AnnotationCordonedAt]
+		if !n.Spec.Unschedulable || v != "offline" || at == "" {
+			return fmt.Sprintf("node %s unschedulable=%v %s=%q %s=%q", n.Name, n.Spec.Unschedulable, kubekey.AnnotationCordoned, v, kubekey.AnnotationCordonedAt, at), false
+		}
+		return fmt.Sprintf("node %s cordoned by latchkey offline at %s", n.Name, at), true
+	})
+}
+
+// uncordoned: the Node is schedulable and carries neither of latchkey's
+// cordon annotations: the verifier lifted the cordon.
+func uncordoned(ctx context.Context, c kubernetes.Interface, _ *rest.Config, o opts) (string, error) {
+	return nodeState(ctx, c, o, func(n *corev1.Node) (string, bool) {
+		_, has := n.Annotations[kubekey.AnnotationCordoned]
+		_, hasAt := n.Annotations[kubekey.AnnotationCordonedAt]
+		if n.Spec.Unschedulable || has || hasAt {
+			return fmt.Sprintf("node %s unschedulable=%v, latchkey cordon annotations: %v %v", n.Name, n.Spec.Unschedulable, has, hasAt), false
+		}
+		return fmt.Sprintf("node %s schedulable, no latchkey cordon annotation", n.Name), true
+	})
+}
+
+// nodeState waits until ok holds for the Node.
+func nodeState(ctx context.Context, c kubernetes.Interface, o opts, ok func(*corev1.Node) (string, bool)) (string, error) {
+	if o.node == "" {
+		return "", errors.New("-node is required")
+	}
+	return wait(ctx, o.timeout, func() (string, bool, error) {
+		n, err := c.CoreV1().Nodes().Get(ctx, o.node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return "", false, fmt.Errorf("no node %s", o.node)
+		}
+		if err != nil {
+			return err.Error(), false, nil
+		}
+		out, done := ok(n)
+		return out, done, nil
 	})
 }

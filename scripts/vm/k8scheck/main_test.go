@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
+	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/verifier/csr"
 )
 
@@ -202,5 +203,40 @@ func TestUntaintedWantsNoUnattestedTaint(t *testing.T) {
 	out, err := untainted(ctx, fake.NewClientset(node(other)), nil, opts{node: "n1"})
 	if err != nil || out != "node n1 has no latchkey.io/unattested taint (1 taint(s))" {
 		t.Fatalf("untainted: %q, %v", out, err)
+	}
+}
+
+// cordoned wants latchkey's cordon: unschedulable with the annotation and
+// its time; an operator's cordon (no annotation) or the annotation on a
+// schedulable Node is not it. uncordoned wants neither the cordon nor an
+// annotation left behind.
+func TestCordonedAndUncordoned(t *testing.T) {
+	ctx := context.Background()
+	node := func(unschedulable bool, ann map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: ann}, Spec: corev1.NodeSpec{Unschedulable: unschedulable}}
+	}
+	ours := map[string]string{kubekey.AnnotationCordoned: "offline", kubekey.AnnotationCordonedAt: "2026-12-06T17:00:00Z"}
+	out, err := cordoned(ctx, fake.NewClientset(node(true, ours)), nil, opts{node: "n1"})
+	if err != nil || out != "node n1 cordoned by latchkey offline at 2026-12-06T17:00:00Z" {
+		t.Fatalf("cordoned: %q, %v", out, err)
+	}
+	_, err = cordoned(ctx, fake.NewClientset(node(true, nil)), nil, opts{node: "n1"})
+	if want := `after 0s: node n1 unschedulable=true latchkey.io/cordoned="" latchkey.io/cordoned-at=""`; err == nil || err.Error() != want {
+		t.Fatalf("operator's cordon: %v, want %s", err, want)
+	}
+	_, err = cordoned(ctx, fake.NewClientset(node(false, ours)), nil, opts{node: "n1"})
+	if want := `after 0s: node n1 unschedulable=false latchkey.io/cordoned="offline" latchkey.io/cordoned-at="2026-12-06T17:00:00Z"`; err == nil || err.Error() != want {
+		t.Fatalf("annotation without the cordon: %v, want %s", err, want)
+	}
+	out, err = uncordoned(ctx, fake.NewClientset(node(false, nil)), nil, opts{node: "n1"})
+	if err != nil || out != "node n1 schedulable, no latchkey cordon annotation" {
+		t.Fatalf("uncordoned: %q, %v", out, err)
+	}
+	_, err = uncordoned(ctx, fake.NewClientset(node(false, map[string]string{kubekey.AnnotationCordonedAt: "x"})), nil, opts{node: "n1"})
+	if want := "after 0s: node n1 unschedulable=false, latchkey cordon annotations: false true"; err == nil || err.Error() != want {
+		t.Fatalf("annotation left behind: %v, want %s", err, want)
+	}
+	if _, err := uncordoned(ctx, fake.NewClientset(), nil, opts{node: "n1"}); err == nil || err.Error() != "no node n1" {
+		t.Fatalf("no node: %v", err)
 	}
 }
