@@ -38,10 +38,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/internal/logkey"
+	"github.com/latchkey/latchkey/internal/strictyaml"
 )
 
 // DefaultKubeconfig is the kubelet's kubeconfig kubeadm writes (on the
@@ -371,7 +370,7 @@ func loadKubeconfig(path string) (*apiClient, error) {
 		return nil, fmt.Errorf("cordon: kubeconfig: %w", err)
 	}
 	var kc kubeconfig
-	if err := yaml.Unmarshal(raw, &kc); err != nil {
+	if err := strictyaml.UnmarshalForeign(raw, &kc); err != nil {
 		return nil, fmt.Errorf("cordon: kubeconfig %s: %w", path, err)
 	}
 	var clusterName, userName string

@@ -37,14 +37,7 @@ func Unmarshal(data []byte, v any) error {
 	if err != nil {
 		return describe(err)
 	}
-	if len(strict) > 0 {
-		msgs := make([]string, len(strict))
-		for i, e := range strict {
-			msgs[i] = strings.TrimPrefix(e.Error(), "json: ")
-		}
-		return errors.New(strings.Join(msgs, "; "))
-	}
-	return nil
+	return joinStrict(strict)
 }
 
 // describe rewrites encoding/json's type errors, which name the Go type
@@ -93,4 +86,34 @@ func kindOf(k string) string {
 		return "a value"
 	}
 	return "a number"
+}
+
+// UnmarshalForeign decodes a YAML file latchkey reads but does not own
+// (the kubelet's kubeconfig, written by kubeadm): keys match the struct's
+// json tags case-sensitively and duplicate keys are errors as in
+// Unmarshal, but keys v does not name are ignored, since the file's owner
+// may add fields latchkey has no use for.
+func UnmarshalForeign(data []byte, v any) error {
+	j, err := toJSON(data)
+	if err != nil {
+		return err
+	}
+	strict, err := kjson.UnmarshalStrict(j, v, kjson.DisallowDuplicateFields)
+	if err != nil {
+		return describe(err)
+	}
+	return joinStrict(strict)
+}
+
+// joinStrict is sigs.k8s.io/json's strict-decoding findings as one error
+// (nil when there are none).
+func joinStrict(strict []error) error {
+	if len(strict) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(strict))
+	for i, e := range strict {
+		msgs[i] = strings.TrimPrefix(e.Error(), "json: ")
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }

@@ -50,3 +50,24 @@ func TestUnmarshalRefuses(t *testing.T) {
 		})
 	}
 }
+
+// A foreign file's keys that the struct does not name are ignored (a
+// kubeconfig's preferences and extensions); duplicates are still refused,
+// and a case variant of a named key is not taken for it.
+func TestUnmarshalForeign(t *testing.T) {
+	type kc struct {
+		CurrentContext string `json:"current-context"`
+	}
+	var v kc
+	if err := UnmarshalForeign([]byte("current-context: a\npreferences: {}\nextensions: [x]\n"), &v); err != nil || v.CurrentContext != "a" {
+		t.Fatalf("unknown keys: %+v %v", v, err)
+	}
+	err := UnmarshalForeign([]byte("current-context: a\ncurrent-context: b\n"), &kc{})
+	if err == nil || !strings.Contains(err.Error(), `key "current-context" already set`) {
+		t.Fatalf("duplicate key: %v", err)
+	}
+	v = kc{}
+	if err := UnmarshalForeign([]byte("Current-Context: evil\n"), &v); err != nil || v.CurrentContext != "" {
+		t.Fatalf("case variant taken: %+v %v", v, err)
+	}
+}
