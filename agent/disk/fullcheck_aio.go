@@ -26,11 +26,11 @@ import (
 // runtime's monitor thread (sysmon) polling: each wait over 10 ms has it
 // take the P away, and every return from such a call, or any announced
 // system call while it sleeps, wakes it into polling every 20 µs again.
-// On a VM each of its wake-ups costs 20–30 µs of CPU, and at a cloud
+// On a VM each of its wake-ups cost 15–30 µs of CPU, and at a cloud
 // disk's provisioned rate the check runs for minutes (docs/benchmarks.md).
 // So the ring's own system calls are raw (the runtime is not told of
-// them): none of them blocks for long, io_getevents is only ever asked
-// for what has already completed.
+// them): io_getevents is only ever asked for what has already completed,
+// and io_submit waits at most for a free slot in the device's queue.
 
 // iocbFlagResFD has the kernel signal aioCB.resFD on completion.
 const iocbFlagResFD = 1 << 0
