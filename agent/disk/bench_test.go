@@ -266,10 +266,11 @@ func BenchmarkFullCheckThrottled(b *testing.B) {
 
 // fullCheckShape sets the full check's request size and depth from
 // LATCHKEY_FULLCHECK_CHUNK_KIB and LATCHKEY_FULLCHECK_DEPTH (to compare
-// shapes in one run) and LATCHKEY_FULLCHECK_PREAD=1 (the blocking-pread
-// fallback), and returns the undo.
+// shapes in one run), LATCHKEY_FULLCHECK_PREAD=1 (the blocking-pread
+// fallback) and LATCHKEY_FULLCHECK_WAIT=syscall (AIO's blocking wait in
+// io_getevents, as before the eventfd wait), and returns the undo.
 func fullCheckShape(b *testing.B) func() {
-	chunk, depth, aio := fullCheckChunk, fullCheckDepth, useAIO
+	chunk, depth, aio, polled := fullCheckChunk, fullCheckDepth, useAIO, fullCheckPolledWait
 	if v := os.Getenv("LATCHKEY_FULLCHECK_CHUNK_KIB"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 || n%4 != 0 {
@@ -285,8 +286,16 @@ func fullCheckShape(b *testing.B) func() {
 		fullCheckDepth = n
 	}
 	useAIO = os.Getenv("LATCHKEY_FULLCHECK_PREAD") != "1"
-	b.Logf("requests of %d KiB, %d in flight, AIO %v", fullCheckChunk>>10, fullCheckDepth, useAIO)
-	return func() { fullCheckChunk, fullCheckDepth, useAIO = chunk, depth, aio }
+	switch v := os.Getenv("LATCHKEY_FULLCHECK_WAIT"); v {
+	case "", "poll":
+		fullCheckPolledWait = true
+	case "syscall":
+		fullCheckPolledWait = false
+	default:
+		b.Fatalf("LATCHKEY_FULLCHECK_WAIT=%q: want poll or syscall", v)
+	}
+	b.Logf("requests of %d KiB, %d in flight, AIO %v, polled wait %v", fullCheckChunk>>10, fullCheckDepth, useAIO, fullCheckPolledWait)
+	return func() { fullCheckChunk, fullCheckDepth, useAIO, fullCheckPolledWait = chunk, depth, aio, polled }
 }
 
 // throttle puts this process in a new blkio cgroup limiting reads of dev
@@ -346,10 +355,15 @@ func benchFullCheckOn(b *testing.B, gib int64, rounds int, dio bool, bps int64) 
 		ddCPU += childrenCPU() - cpu0
 		return time.Since(start)
 	}
+	var monCPU time.Duration
+	var monRuns int64
 	check := func() (time.Duration, time.Duration) {
+		mon0, runs0 := monitorCPU(b)
 		cpu0, start := selfCPU(), time.Now()
 		off, err := l.fullCheck(context.Background(), d, 0)
 		wall, cpu := time.Since(start), selfCPU()-cpu0
+		mon1, runs1 := monitorCPU(b)
+		monCPU, monRuns = monCPU+mon1-mon0, monRuns+runs1-runs0
 		if err != nil || off != -1 {
 			b.Fatalf("full check: %d, %v", off, err)
 		}
@@ -361,6 +375,7 @@ func benchFullCheckOn(b *testing.B, gib int64, rounds int, dio bool, bps int64) 
 		ddCPU = 0
 		for i := range rounds {
 			var d1, w, c time.Duration
+			mon0, runs0 := monCPU, monRuns
 			if i%2 == 0 {
 				d1 = dd()
 				w, c = check()
@@ -369,8 +384,9 @@ func benchFullCheckOn(b *testing.B, gib int64, rounds int, dio bool, bps int64) 
 				d1 = dd()
 			}
 			ddWall, checkWall, checkCPU = ddWall+d1, checkWall+w, checkCPU+c
-			b.Logf("pair %d: dd %.0f MB/s, check %.0f MB/s, check/dd %.2f, check CPU %.3f s/GiB",
-				i, mbs(gib, d1), mbs(gib, w), d1.Seconds()/w.Seconds(), c.Seconds()/float64(gib))
+			b.Logf("pair %d: dd %.0f MB/s, check %.0f MB/s, check/dd %.2f, check CPU %.3f s/GiB (sysmon %.3f s/GiB, %.0f wake-ups/s)",
+				i, mbs(gib, d1), mbs(gib, w), d1.Seconds()/w.Seconds(), c.Seconds()/float64(gib),
+				(monCPU-mon0).Seconds()/float64(gib), float64(monRuns-runs0)/w.Seconds())
 		}
 	}
 	n := float64(b.N * rounds)
@@ -379,6 +395,36 @@ func benchFullCheckOn(b *testing.B, gib int64, rounds int, dio bool, bps int64) 
 	b.ReportMetric(ddWall.Seconds()/checkWall.Seconds(), "check/dd")
 	b.ReportMetric(checkCPU.Seconds()/n/float64(gib), "cpu-s/GiB")
 	b.ReportMetric(ddCPU.Seconds()/n/float64(gib), "dd-cpu-s/GiB")
+	b.ReportMetric(monCPU.Seconds()/n/float64(gib), "sysmon-cpu-s/GiB")
+}
+
+// monitorCPU is the CPU time so far of the Go runtime's monitor thread
+// (sysmon) and the times it ran, from /proc/self/task/TID/schedstat: the
+// runtime starts it first, so it is the thread with the lowest ID after
+// the main thread's (thread IDs grow until the kernel's pid_max wraps
+// them).
+func monitorCPU(b *testing.B) (time.Duration, int64) {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		b.Fatal(err)
+	}
+	pid, mon := os.Getpid(), 0
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil && tid > pid && (mon == 0 || tid < mon) {
+			mon = tid
+		}
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/schedstat", mon))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(string(raw))
+	ns, err1 := strconv.ParseInt(f[0], 10, 64)
+	runs, err2 := strconv.ParseInt(f[len(f)-1], 10, 64)
+	if len(f) != 3 || err1 != nil || err2 != nil {
+		b.Fatalf("schedstat of thread %d: %q", mon, raw)
+	}
+	return time.Duration(ns), runs
 }
 
 func mbs(gib int64, took time.Duration) float64 { return float64(gib<<30) / took.Seconds() / 1e6 }
@@ -396,16 +442,18 @@ func selfCPU() time.Duration {
 }
 
 // BenchmarkZeroTest is the full check's zero test alone (no I/O), on a
-// buffer that fits in the CPU cache and on one that does not (as a 4 MiB
-// request's data arriving from the device): bytes per second = the
-// cost per GiB of the check's CPU. The words variant is the candidate it
-// was measured against: an OR over eight 64-bit words at a time.
+// buffer that fits in a core's cache, on one request's 4 MiB (in the
+// shared cache, as data the loop driver just wrote) and on one that fits
+// in no cache (as data written by a device's DMA may be): bytes per second = the
+// cost per GiB of the check's CPU. The other variants are the
+// candidates it was measured against: an OR over eight 64-bit words at a
+// time, bytes.Count of zero bytes, bytes.Equal against a zero block.
 func BenchmarkZeroTest(b *testing.B) {
-	for _, n := range []int{256 << 10, 64 << 20} {
+	for _, n := range []int{256 << 10, 4 << 20, 64 << 20} {
 		for _, f := range []struct {
 			name string
 			test func([]byte) int
-		}{{"equal", firstNonZeroFast}, {"words", firstNonZeroWords}} {
+		}{{"equal", firstNonZeroFast}, {"words", firstNonZeroWords}, {"count", firstNonZeroCount}, {"zeroblock", firstNonZeroBlock}} {
 			b.Run(fmt.Sprintf("%dKiB/%s", n>>10, f.name), func(b *testing.B) {
 				buf := alignedBuffer(int64(n))
 				b.SetBytes(int64(n))
@@ -421,6 +469,29 @@ func BenchmarkZeroTest(b *testing.B) {
 
 // firstNonZeroWords ORs eight 64-bit words at a time (b's length a
 // multiple of 64, as the benchmark's buffers are).
+// firstNonZeroCount: bytes.Count of zero bytes (the runtime's
+// vectorised count), a candidate.
+func firstNonZeroCount(b []byte) int {
+	if bytes.Count(b, []byte{0}) == len(b) {
+		return -1
+	}
+	return firstNonZero(b)
+}
+
+var zeroBlock [64 << 10]byte
+
+// firstNonZeroBlock: bytes.Equal against a zero block kept in the cache,
+// a candidate.
+func firstNonZeroBlock(b []byte) int {
+	for i := 0; i < len(b); i += len(zeroBlock) {
+		p := b[i:min(i+len(zeroBlock), len(b))]
+		if !bytes.Equal(p, zeroBlock[:len(p)]) {
+			return firstNonZero(b)
+		}
+	}
+	return -1
+}
+
 func firstNonZeroWords(b []byte) int {
 	w := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
 	for i := 0; i+8 <= len(w); i += 8 {

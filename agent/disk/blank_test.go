@@ -272,6 +272,72 @@ func TestForeignLUKS2KeepsTheWipeHint(t *testing.T) {
 	}
 }
 
+// TestFullCheckSurvivesInterruptedAndShortWaits: a wait for completions
+// that a signal interrupts (EINTR, as the runtime's preemption signal
+// does) or that returns fewer completions than there are (one at a time)
+// loses no read: the check still reads every byte of a blank device and
+// finds the first non-zero byte exactly, with the eventfd wait and with
+// the blocking one. With the eventfd, io_getevents is never asked to
+// block: a raw system call that blocked would hold its thread and P.
+func TestFullCheckSurvivesInterruptedAndShortWaits(t *testing.T) {
+	size := int64(32*mib + 4096) // a short last request
+	r := newRig(t, size)
+	l := r.stage(nil)
+	d, err := openDevice(r.dev, readOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	next, chunk, depth := getEvents, fullCheckChunk, fullCheckDepth
+	defer func() { getEvents, fullCheckChunk, fullCheckDepth, fullCheckPolledWait = next, chunk, depth, true }()
+	fullCheckChunk, fullCheckDepth = mib, 4
+	for _, polled := range []bool{true, false} {
+		for _, fault := range []string{"interrupted", "one-at-a-time"} {
+			fullCheckPolledWait = polled
+			calls, faults, blocking := 0, 0, 0
+			getEvents = func(ctx uint64, minNr int, events []aioEvent, look bool) (int, unix.Errno) {
+				calls++
+				if !look {
+					blocking++
+				}
+				if fault == "interrupted" && calls%2 == 1 {
+					faults++
+					return 0, unix.EINTR
+				}
+				if fault == "one-at-a-time" {
+					if len(events) > 1 {
+						faults++
+					}
+					return next(ctx, min(minNr, 1), events[:1], look)
+				}
+				return next(ctx, minNr, events, look)
+			}
+			name := fmt.Sprintf("polled=%v/%s", polled, fault)
+			for _, c := range []struct{ data, want int64 }{{-1, -1}, {size - 1, size - 1}, {9*mib + 3, 9*mib + 3}} {
+				if c.data >= 0 {
+					writeDev(t, r.dev, c.data, []byte{0x80})
+				}
+				got, err := l.fullCheck(context.Background(), d, 0)
+				if c.data >= 0 {
+					writeDev(t, r.dev, c.data, []byte{0})
+				}
+				if err != nil || got != c.want {
+					t.Errorf("%s: byte at %d: %d, %v; want %d", name, c.data, got, err, c.want)
+				}
+			}
+			if faults == 0 {
+				t.Errorf("%s: the fault was never injected (%d waits)", name, calls)
+			}
+			if polled && blocking != 0 {
+				t.Errorf("%s: %d of %d calls of io_getevents could block", name, blocking, calls)
+			}
+			if !polled && blocking != calls {
+				t.Errorf("%s: %d of %d calls of io_getevents blocked; want all (the blocking wait)", name, blocking, calls)
+			}
+		}
+	}
+}
+
 // TestFullCheckFindsTheFirstByteInEveryShape: whatever its request size
 // and depth, through AIO or blocking preads, the full check reports the
 // lowest non-zero offset exactly and, on a blank device, that it read
@@ -289,13 +355,14 @@ func TestFullCheckFindsTheFirstByteInEveryShape(t *testing.T) {
 	}
 	defer d.Close()
 	chunk, depth := fullCheckChunk, fullCheckDepth
-	defer func() { fullCheckChunk, fullCheckDepth, useAIO = chunk, depth, true }()
+	defer func() { fullCheckChunk, fullCheckDepth, useAIO, fullCheckPolledWait = chunk, depth, true, true }()
 	for _, s := range []struct {
 		chunk, depth int64
-		aio          bool
-	}{{4 * mib, 2, true}, {256 << 10, 32, true}, {64 << 10, 3, true}, {4 * mib, 2, false}, {1 * mib, 5, false}} {
-		fullCheckChunk, fullCheckDepth, useAIO = s.chunk, s.depth, s.aio
-		name := fmt.Sprintf("%dKiB-x%d-aio=%v", s.chunk>>10, s.depth, s.aio)
+		aio, polled  bool
+	}{{4 * mib, 2, true, true}, {256 << 10, 32, true, true}, {64 << 10, 3, true, true},
+		{4 * mib, 4, true, false}, {64 << 10, 3, true, false}, {4 * mib, 2, false, false}, {1 * mib, 5, false, false}} {
+		fullCheckChunk, fullCheckDepth, useAIO, fullCheckPolledWait = s.chunk, s.depth, s.aio, s.polled
+		name := fmt.Sprintf("%dKiB-x%d-aio=%v-polled=%v", s.chunk>>10, s.depth, s.aio, s.polled)
 		check := func(from int64, data []int64, want int64) {
 			t.Helper()
 			for _, off := range data {

@@ -24,8 +24,9 @@ import (
 //
 // The read runs at the device's sequential speed: O_DIRECT (no page-cache
 // pollution, no readahead), 4 MiB aligned requests, four in flight
-// through Linux AIO from one goroutine (fullcheck_aio.go; the block layer
-// splits each request into the device's largest and queues them all),
+// through Linux AIO from one goroutine that waits on an eventfd through
+// the runtime's poller (fullcheck_aio.go; the block layer splits each
+// request into the device's largest and queues them all),
 // into one reused, pre-faulted buffer on huge pages, and a zero test
 // (firstNonZeroFast) that costs a fraction of the read. Where AIO is
 // refused, two goroutines read with blocking preads instead (on a small

@@ -3,6 +3,8 @@ package disk
 import (
 	"context"
 	"fmt"
+	"os"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -15,6 +17,28 @@ import (
 // preads need a thread per request in flight, and a thread switch each;
 // large requests (to keep a device busy with few threads) are out of the
 // cache by the time they are tested (docs/benchmarks.md).
+//
+// The goroutine waits for completions the way it would wait for a
+// socket: the kernel counts them on an eventfd (IOCB_FLAG_RESFD), which
+// the Go runtime's network poller watches, so the goroutine parks and
+// its P goes idle. A wait the runtime is told of as a blocking system
+// call (io_getevents through syscall.Syscall) instead keeps the
+// runtime's monitor thread (sysmon) polling: each wait over 10 ms has it
+// take the P away, and every return from such a call, or any announced
+// system call while it sleeps, wakes it into polling every 20 µs again.
+// On a VM each of its wake-ups cost 15–30 µs of CPU, and at a cloud
+// disk's provisioned rate the check runs for minutes (docs/benchmarks.md).
+// So the ring's own system calls are raw (the runtime is not told of
+// them): io_getevents is only ever asked for what has already completed,
+// and io_submit waits at most for a free slot in the device's queue.
+
+// iocbFlagResFD has the kernel signal aioCB.resFD on completion.
+const iocbFlagResFD = 1 << 0
+
+// fullCheckPolledWait chooses the eventfd wait (the default); the
+// benchmark turns it off to compare with the blocking wait, which is
+// also the fallback where the eventfd cannot be had.
+var fullCheckPolledWait = true
 
 // newAIORing sets up the reads of chunks 0..n-1; it returns an error
 // wrapping errNoAIO, before reading anything, where AIO is refused.
@@ -33,6 +57,9 @@ func (c *fullChecker) newAIORing(n int64) (*aioRing, error) {
 		release()
 		return nil, fmt.Errorf("%w: io_setup: %v", errNoAIO, e)
 	}
+	if fullCheckPolledWait {
+		r.ready, r.readyFD, r.readyConn = completionFD()
+	}
 	for i := range depth {
 		r.idle = append(r.idle, i)
 		r.bufs = append(r.bufs, buf[int64(i)*fullCheckChunk:int64(i+1)*fullCheckChunk])
@@ -40,10 +67,31 @@ func (c *fullChecker) newAIORing(n int64) (*aioRing, error) {
 	return r, nil
 }
 
+// completionFD is an eventfd for completions, watched by the runtime's
+// poller, or nils where either cannot be had (the ring then waits in
+// io_getevents). The descriptor is returned apart: os.File.Fd would set
+// it blocking, and a read of it would then block the thread.
+func completionFD() (*os.File, int, syscall.RawConn) {
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, -1, nil
+	}
+	f := os.NewFile(uintptr(fd), "aio completions")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, -1, nil
+	}
+	return f, fd, rc
+}
+
 // run reads every chunk in order of submission until the end or the
 // chunk holding data, and releases the ring.
 func (r *aioRing) run(ctx context.Context) error {
 	defer r.release()
+	if r.ready != nil {
+		defer r.ready.Close() // after io_destroy: no completion signals it any more
+	}
 	defer unix.Syscall(unix.SYS_IO_DESTROY, uintptr(r.ctx), 0, 0) // waits for (or cancels) what is in flight; runs before release
 	for {
 		if err := ctx.Err(); err != nil {
@@ -64,16 +112,19 @@ func (r *aioRing) run(ctx context.Context) error {
 
 // aioRing is the state of one AIO full check.
 type aioRing struct {
-	c        *fullChecker
-	ctx      uint64
-	n, next  int64 // chunks in all; next chunk to hand out
-	cbs      []aioCB
-	bufs     [][]byte
-	idle     []int // slots free for a request
-	queue    []*aioCB
-	events   []aioEvent
-	inFlight int
-	release  func()
+	c         *fullChecker
+	ctx       uint64
+	n, next   int64 // chunks in all; next chunk to hand out
+	cbs       []aioCB
+	bufs      [][]byte
+	idle      []int // slots free for a request
+	queue     []*aioCB
+	events    []aioEvent
+	inFlight  int
+	ready     *os.File        // the completions' eventfd; nil: wait in io_getevents
+	readyFD   int             // ready's descriptor
+	readyConn syscall.RawConn // ready's, to wait through the poller
+	release   func()
 }
 
 // fill prepares a request for every idle slot, in chunk order, up to the
@@ -91,6 +142,9 @@ func (r *aioRing) fill() {
 		b := r.bufs[i][:min(fullCheckChunk, c.d.size-off)]
 		r.cbs[i] = aioCB{data: uint64(i), opcode: aioPRead, fildes: uint32(c.fd),
 			buf: uint64(uintptr(unsafe.Pointer(&b[0]))), nbytes: uint64(len(b)), offset: off}
+		if r.ready != nil {
+			r.cbs[i].flags, r.cbs[i].resFD = iocbFlagResFD, uint32(r.readyFD)
+		}
 		r.queue = append(r.queue, &r.cbs[i])
 		r.next++
 	}
@@ -98,7 +152,7 @@ func (r *aioRing) fill() {
 
 func (r *aioRing) submit() error {
 	for len(r.queue) > 0 {
-		k, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, uintptr(r.ctx), uintptr(len(r.queue)), uintptr(unsafe.Pointer(&r.queue[0])))
+		k, _, e := r.syscall(unix.SYS_IO_SUBMIT, uintptr(r.ctx), uintptr(len(r.queue)), uintptr(unsafe.Pointer(&r.queue[0])))
 		switch {
 		case e == unix.EINTR:
 			continue
@@ -116,18 +170,23 @@ func (r *aioRing) submit() error {
 	return nil
 }
 
-// reap waits for half the requests in flight (at least one; the other
-// half keeps the device busy), then tests every completed request's data
-// while it is still in the cache. Waiting for several at once matters:
-// each wait is a blocking system call, after which the Go runtime's
-// monitor thread polls every 20 µs for a while (docs/benchmarks.md).
-func (r *aioRing) reap() error {
-	k, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, uintptr(r.ctx), uintptr(max(1, r.inFlight/2)), uintptr(len(r.events)), uintptr(unsafe.Pointer(&r.events[0])), 0, 0)
-	if e == unix.EINTR {
-		return nil
+// syscall is a system call of the ring's that does not block for long:
+// raw with the eventfd wait, so that it does not wake the runtime's
+// monitor thread (above).
+func (r *aioRing) syscall(trap, a1, a2, a3 uintptr) (uintptr, uintptr, unix.Errno) {
+	if r.ready != nil {
+		return unix.RawSyscall(trap, a1, a2, a3)
 	}
-	if e != 0 {
-		return fmt.Errorf("io_getevents on %s: %v", r.c.d.path, e)
+	return unix.Syscall(trap, a1, a2, a3)
+}
+
+// reap waits for completions, then tests every completed request's data
+// while it is still in the cache. A wait interrupted by a signal returns
+// nothing, and run waits again.
+func (r *aioRing) reap() error {
+	k, err := r.wait()
+	if err != nil {
+		return fmt.Errorf("wait for reads of %s: %w", r.c.d.path, err)
 	}
 	for _, ev := range r.events[:k] {
 		r.inFlight--
@@ -142,6 +201,75 @@ func (r *aioRing) reap() error {
 		r.idle = append(r.idle, int(ev.data))
 	}
 	return nil
+}
+
+// wait returns the number of completions in r.events, at least one
+// unless a signal interrupted the wait. With the eventfd it takes what
+// has completed and, where nothing has, parks on the eventfd until the
+// kernel counts a completion (the kernel counts it after the event is
+// in the ring). Without, it blocks in io_getevents for half the
+// requests in flight (at least one; the other half keeps the device
+// busy), fewer waits for the monitor thread to follow.
+func (r *aioRing) wait() (int, error) {
+	if r.ready == nil {
+		k, e := getEvents(r.ctx, max(1, r.inFlight/2), r.events, false)
+		return eventsOrInterrupted(k, e)
+	}
+	for {
+		k, e := getEvents(r.ctx, 0, r.events, true)
+		if k > 0 || e != 0 {
+			return eventsOrInterrupted(k, e)
+		}
+		if err := r.parkUntilCompletion(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// parkUntilCompletion reads (and so resets) the eventfd's count of
+// completions, parking in the poller while it is zero. The count may
+// include completions already taken: the next look finds nothing and
+// parks again.
+func (r *aioRing) parkUntilCompletion() error {
+	var count uint64
+	var e unix.Errno
+	err := r.readyConn.Read(func(fd uintptr) bool {
+		_, _, e = unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&count)), 8)
+		return e != unix.EAGAIN
+	})
+	if err != nil {
+		return err
+	}
+	if e != 0 && e != unix.EINTR {
+		return fmt.Errorf("read the completions' eventfd: %w", e)
+	}
+	return nil
+}
+
+func eventsOrInterrupted(k int, e unix.Errno) (int, error) {
+	switch e {
+	case 0:
+		return k, nil
+	case unix.EINTR:
+		return 0, nil
+	}
+	return 0, fmt.Errorf("io_getevents: %w", e)
+}
+
+// noWait is io_getevents' timeout for a look at what has completed.
+var noWait unix.Timespec
+
+// getEvents is io_getevents(2) into events: with look, what has
+// completed (a raw system call: it does not block); else blocking for
+// at least minNr. A variable so that a test can interrupt it.
+var getEvents = func(ctx uint64, minNr int, events []aioEvent, look bool) (int, unix.Errno) {
+	call, timeout := unix.Syscall6, uintptr(0)
+	if look {
+		call, timeout = unix.RawSyscall6, uintptr(unsafe.Pointer(&noWait))
+	}
+	k, _, e := call(unix.SYS_IO_GETEVENTS, uintptr(ctx), uintptr(minNr), uintptr(len(events)),
+		uintptr(unsafe.Pointer(&events[0])), timeout, 0)
+	return int(k), e
 }
 
 // directBuffer maps n bytes for direct I/O outside the Go heap (no
