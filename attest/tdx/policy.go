@@ -39,7 +39,8 @@ type Policy struct {
 	MRTDs []string `json:"mrtds,omitempty"`
 	// RTMRs lists, per runtime measurement register 0-3, the accepted
 	// values (48 bytes, hex). At most four lists; a register with no list
-	// (or an empty one) must be all zeros.
+	// (or an empty one) must be all zeros, unless Boot.JudgedRTMRs names
+	// it (RTMR[1] and RTMR[2] only): then its boot components judge it.
 	RTMRs [][]string `json:"rtmrs,omitempty"`
 	// AllowDebug accepts a TD whose ATTRIBUTES has DEBUG set (the host can
 	// read and write its memory). Default: refused.
@@ -158,6 +159,11 @@ func compile(p Policy) (*compiled, error) {
 	var err error
 	if c.boot, err = compileBoot(p.Boot); err != nil {
 		return nil, err
+	}
+	if c.boot != nil {
+		if err := c.boot.compileJudged(&p); err != nil {
+			return nil, err
+		}
 	}
 	if p.MinimumTeeTcbSvn != "" {
 		b, err := hex.DecodeString(p.MinimumTeeTcbSvn)
