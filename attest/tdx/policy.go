@@ -23,7 +23,8 @@ import (
 // Every reference value is a list, so an image upgrade rolls out by listing
 // the old and new values together. The zero value accepts nothing: no MRTD
 // listed means no quote passes, an RTMR with no listed value must be all
-// zeros (never extended), debug TDs are refused, only the TCB status
+// zeros (never extended) unless Boot.JudgedRTMRs opts it into being
+// judged by its boot components, debug TDs are refused, only the TCB status
 // UpToDate is accepted, and only Intel's SGX root CA is trusted. Example:
 //
 //	mrtds: ["<96 hex digits>"]
