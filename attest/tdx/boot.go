@@ -71,6 +71,10 @@ type Boot struct {
 	CmdlinePassed bool
 	// Unexplained are the RTMR[2] measurements read as none of the above.
 	Unexplained []Measurement
+	// LateApplications are the RTMR[1] applications measured after
+	// ExitBootServices (also in Applications): only the OS measures
+	// anything then.
+	LateApplications []Measurement
 
 	// kernelEvents counts the RTMR[2] measurements.
 	kernelEvents int
@@ -160,7 +164,8 @@ type UKISection struct {
 	Digest digest384
 }
 
-// Measurement names one RTMR[2] event by what is measured about it.
+// Measurement names one RTMR[1] or RTMR[2] event by what is measured
+// about it.
 type Measurement struct {
 	// Index is the event's 1-based position among the RTMR's extensions.
 	Index  int
@@ -232,18 +237,26 @@ func mismatchf(format string, args ...any) error {
 	return attest.Refuse(latchkeyv1.Reason_EVENT_LOG_MISMATCH, format, args...)
 }
 
+// exitBootServices384 is the digest of the ExitBootServices action.
+var exitBootServices384 = sha512.Sum384([]byte(uefilog.ExitBootServices))
+
 func (b *Boot) readApplications(events []tcg.Event) {
-	attempt := 1
+	attempt, exited := 1, false
 	for i, e := range events {
 		d := e.ReplayedDigest()
 		switch {
 		case string(d) == structure384.Returning:
 			attempt++
+		case bytes.Equal(d, exitBootServices384[:]):
+			exited = true
 		case structure384.Is(d):
 		case bytes.HasPrefix(e.RawData(), gptSignature) && uefilog.Verified(crypto.SHA384, e.RawData(), d):
 		default:
 			b.Applications = append(b.Applications, uefilog.Application[digest384]{Digest: digest384(d), Attempt: attempt})
 			b.role(rtmrBoot, i, RoleApplication)
+			if exited {
+				b.LateApplications = append(b.LateApplications, Measurement{Index: i + 1, Digest: digest384(d)})
+			}
 		}
 	}
 }

@@ -84,7 +84,13 @@ func newUKIFixture(t *testing.T) *ukiFixture {
 // whose RTMRs are those of honest, under the fixture's policy with edit.
 func (f *ukiFixture) run(t *testing.T, honest, attacker tdxtest.UKIBoot, edit func(*Policy)) (*attest.Verified, error) {
 	t.Helper()
-	want := tdxtest.TDVFLog(honest)
+	return f.runLogs(t, tdxtest.TDVFLog(honest), tdxtest.TDVFLog(attacker), edit)
+}
+
+// runLogs validates the log attacker in a quote whose RTMRs are those
+// honest replays to, under the fixture's policy with edit.
+func (f *ukiFixture) runLogs(t *testing.T, want, attacker *tdxtest.CCEL, edit func(*Policy)) (*attest.Verified, error) {
+	t.Helper()
 	x := newSigned(t, tdxtest.Collateral{}, func(p *Policy) {
 		p.RTMRs = nil
 		for _, r := range want.RTMRSlices() {
@@ -97,7 +103,7 @@ func (f *ukiFixture) run(t *testing.T, honest, attacker tdxtest.UKIBoot, edit fu
 	})
 	body := x.s.Body()
 	body.Rtmrs = want.RTMRSlices()
-	return x.validateWithLog(t, body, tdxtest.CCELTable(), tdxtest.TDVFLog(attacker).Bytes())
+	return x.validateWithLog(t, body, tdxtest.CCELTable(), attacker.Bytes())
 }
 
 // editEvent is an Edit that rewrites the events match selects.

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -39,6 +40,16 @@ type BootPolicy struct {
 	// kernel's initrd measurement, systemd-stub's credentials and
 	// add-ons) accepted by digest. Empty: any such measurement refuses.
 	ExtraMeasurements []string `json:"extraMeasurements,omitempty"`
+	// JudgedRTMRs lists the RTMRs (1, 2 or both) this component policy
+	// judges instead of reference values, so an upgrade is accepted by
+	// listing the new UKI's digest rather than new register values. A
+	// judged RTMR must not be listed in the tdx section's rtmrs; the CC
+	// event log must replay to it, and every event in it must be
+	// explained by this policy and kernelCmdlines. Judging RTMR[1] needs
+	// ukis or bootLoaders, judging RTMR[2] needs ukis or kernelCmdlines.
+	// Empty (the default): every RTMR is judged by its listed values
+	// (all zeros when none are listed).
+	JudgedRTMRs []int `json:"judgedRTMRs,omitempty"`
 }
 
 // SecureBootPolicy is the Secure Boot part of BootPolicy.
@@ -56,6 +67,34 @@ type compiledBoot struct {
 	ukis, loaders, extra []digest384
 	allowSBOff           bool
 	db                   [][]byte // DER
+	// judged marks the RTMRs judged by components (JudgedRTMRs).
+	judged [numRTMRs]bool
+}
+
+// compileJudged checks JudgedRTMRs against the rest of the policy: only
+// RTMR[1] and RTMR[2], each once, none also listed with values, and
+// neither left accept-all (a judged register needs a list that names
+// what may be in it).
+func (c *compiledBoot) compileJudged(p *Policy) error {
+	for i, r := range p.Boot.JudgedRTMRs {
+		if r != rtmrBoot && r != rtmrKernel {
+			return fmt.Errorf("boot.judgedRTMRs[%d]: RTMR[%d] cannot be judged by components (only 1 and 2)", i, r)
+		}
+		if c.judged[r] {
+			return fmt.Errorf("boot.judgedRTMRs[%d]: RTMR[%d] listed twice", i, r)
+		}
+		c.judged[r] = true
+		if r < len(p.RTMRs) && len(p.RTMRs[r]) > 0 {
+			return fmt.Errorf("rtmrs[%d]: RTMR[%d] is judged by boot components (boot.judgedRTMRs); list values or judge it, not both", r, r)
+		}
+	}
+	if c.judged[rtmrBoot] && len(c.ukis) == 0 && len(c.loaders) == 0 {
+		return errors.New("boot.judgedRTMRs: judging RTMR[1] needs boot.ukis or boot.bootLoaders")
+	}
+	if c.judged[rtmrKernel] && len(c.ukis) == 0 && len(p.KernelCmdlines) == 0 {
+		return errors.New("boot.judgedRTMRs: judging RTMR[2] needs boot.ukis or kernelCmdlines")
+	}
+	return nil
 }
 
 func compileBoot(p *BootPolicy) (*compiledBoot, error) {
@@ -105,8 +144,10 @@ func name384(d digest384) string { return "sha384:" + hex.EncodeToString(d[:]) }
 // boot policy. The checks, in order, each with its reason:
 //
 //  1. EVENT_LOG_MISMATCH: the evidence carried a CC event log that
-//     replayed, and every RTMR[2] measurement the verifier cannot read
-//     (Boot.Unexplained) is in extraMeasurements.
+//     replayed, every RTMR[2] measurement the verifier cannot read
+//     (Boot.Unexplained) is in extraMeasurements, and, with RTMR[1]
+//     judged, no application was measured into it after
+//     ExitBootServices (only the OS can have done that).
 //  2. SECURE_BOOT_REQUIRED: Secure Boot is on unless allowed off; when
 //     on, every db certificate is in dbCertificates.
 //  3. COMPONENT_NOT_ALLOWED: the RTMR[1] applications fit ukis and
@@ -125,6 +166,10 @@ func (c *compiledBoot) check(st *State, cmdlinesListed bool) error {
 		if !slices.Contains(c.extra, m.Digest) {
 			return mismatchf("rtmr 2: measurement %d (%s) is neither content-verified nor explained by the policy (boot.extraMeasurements)", m.Index, name384(m.Digest))
 		}
+	}
+	if c.judged[rtmrBoot] && len(b.LateApplications) > 0 {
+		m := b.LateApplications[0]
+		return mismatchf("rtmr 1: measurement %d (%s) follows ExitBootServices; a judged RTMR[1] admits no application the OS measured", m.Index, name384(m.Digest))
 	}
 	if err := c.checkSecureBoot(b); err != nil {
 		return err

@@ -1,6 +1,8 @@
 package tdx
 
 import (
+	"bytes"
+	"crypto/sha512"
 	"encoding/hex"
 	"strings"
 
@@ -62,8 +64,34 @@ func replayCCEL(ev *wire.Evidence, q *pb.QuoteV4, st *State) (err error) {
 		st.KernelCmdline, st.HasKernelCmdline = b.Cmdline, true
 	}
 	st.EventLog, st.Boot = true, b
+	st.replayed = replayedRTMRs(events, q.GetTdQuoteBody().GetRtmrs())
 	for _, app := range b.Applications {
 		st.EFIApps = append(st.EFIApps, hex.EncodeToString(app.Digest[:]))
 	}
 	return nil
+}
+
+// replayedRTMRs says which quoted RTMRs the replayed events fold to
+// exactly. go-eventlog's replay passes an RTMR the log has no event for
+// whatever its quoted value, so a judged RTMR is checked here: one with
+// no event must be all zeros.
+func replayedRTMRs(events []tcg.Event, quoted [][]byte) (out [numRTMRs]bool) {
+	var fold [numRTMRs][]byte
+	for i := range fold {
+		fold[i] = make([]byte, sha512.Size384)
+	}
+	for _, e := range events {
+		r := int(e.MRIndex()) - 1
+		if e.UntrustedType() == tcg.NoAction || r < 0 || r >= numRTMRs {
+			continue
+		}
+		h := sha512.New384()
+		h.Write(fold[r])
+		h.Write(e.ReplayedDigest())
+		fold[r] = h.Sum(nil)
+	}
+	for i := range out {
+		out[i] = i < len(quoted) && bytes.Equal(fold[i], quoted[i])
+	}
+	return out
 }

@@ -23,7 +23,8 @@ import (
 // Every reference value is a list, so an image upgrade rolls out by listing
 // the old and new values together. The zero value accepts nothing: no MRTD
 // listed means no quote passes, an RTMR with no listed value must be all
-// zeros (never extended), debug TDs are refused, only the TCB status
+// zeros (never extended) unless Boot.JudgedRTMRs opts it into being
+// judged by its boot components, debug TDs are refused, only the TCB status
 // UpToDate is accepted, and only Intel's SGX root CA is trusted. Example:
 //
 //	mrtds: ["<96 hex digits>"]
@@ -39,7 +40,8 @@ type Policy struct {
 	MRTDs []string `json:"mrtds,omitempty"`
 	// RTMRs lists, per runtime measurement register 0-3, the accepted
 	// values (48 bytes, hex). At most four lists; a register with no list
-	// (or an empty one) must be all zeros.
+	// (or an empty one) must be all zeros, unless Boot.JudgedRTMRs names
+	// it (RTMR[1] and RTMR[2] only): then its boot components judge it.
 	RTMRs [][]string `json:"rtmrs,omitempty"`
 	// AllowDebug accepts a TD whose ATTRIBUTES has DEBUG set (the host can
 	// read and write its memory). Default: refused.
@@ -158,6 +160,11 @@ func compile(p Policy) (*compiled, error) {
 	var err error
 	if c.boot, err = compileBoot(p.Boot); err != nil {
 		return nil, err
+	}
+	if c.boot != nil {
+		if err := c.boot.compileJudged(&p); err != nil {
+			return nil, err
+		}
 	}
 	if p.MinimumTeeTcbSvn != "" {
 		b, err := hex.DecodeString(p.MinimumTeeTcbSvn)

@@ -76,6 +76,8 @@ type State struct {
 
 	// verified marks a state Verify made.
 	verified bool
+	// replayed marks the RTMRs the replayed log's events fold to.
+	replayed [numRTMRs]bool
 }
 
 var _ attest.State = (*State)(nil)

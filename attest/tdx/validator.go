@@ -163,7 +163,10 @@ func (v *Validator) Verify(ctx context.Context, evidence, binding []byte, _ atte
 //
 //  10. MRTD [MEASUREMENT_NOT_ALLOWED]: listed in Policy.MRTDs.
 //  11. RTMRs [PCR_MISMATCH]: each RTMR[i] listed in Policy.RTMRs[i], or
-//     all zeros when that list is empty.
+//     all zeros when that list is empty. An RTMR in Boot.JudgedRTMRs is
+//     not compared with values: it must be the fold of the replayed CC
+//     event log's events for it [EVENT_LOG_MISMATCH], and check 16
+//     judges every one of those events.
 //  12. Debug [DEBUG_POLICY]: ATTRIBUTES.DEBUG clear unless AllowDebug.
 //  13. TD configuration [GUEST_POLICY_MISMATCH]: ATTRIBUTES, XFAM,
 //     MRCONFIGID, MROWNER and MROWNERCONFIG each listed when the policy
@@ -195,6 +198,12 @@ func (v *Validator) CheckPolicy(s attest.State) error {
 		return attest.Refuse(latchkeyv1.Reason_MEASUREMENT_NOT_ALLOWED, "MRTD %s is not in the policy", hex.EncodeToString(st.MRTD))
 	}
 	for i, r := range st.RTMRs {
+		if c.boot != nil && c.boot.judged[i] {
+			if !st.EventLog || !st.replayed[i] {
+				return attest.Refuse(latchkeyv1.Reason_EVENT_LOG_MISMATCH, "RTMR[%d] is judged by boot components (boot.judgedRTMRs) and no replayed CC event log accounts for it", i)
+			}
+			continue
+		}
 		if !c.rtmrs[i].Has(r) {
 			return attest.Refuse(latchkeyv1.Reason_PCR_MISMATCH, "RTMR[%d] %s is not in the policy", i, hex.EncodeToString(r))
 		}

@@ -144,3 +144,30 @@ func TestTDXComponentPolicyEndToEnd(t *testing.T) {
 	}
 	r.refusedWithTokens(t, ukiBootIssuer(t, signer, bad), worker(), latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, 1)
 }
+
+// TestTDXJudgedRTMRsEndToEnd: with RTMR[1] and RTMR[2] judged by
+// tdx.boot and no value listed for them, a TD booting a listed UKI
+// joins the assembled verifier whatever those registers hold, and one
+// booting another UKI is refused COMPONENT_NOT_ALLOWED.
+func TestTDXJudgedRTMRsEndToEnd(t *testing.T) {
+	good := tdxtest.UKIBoot{
+		UKI:      sha512.Sum384([]byte("listed uki")),
+		Sections: []tdxtest.Section{{Name: ".linux", Data: []byte("kernel")}},
+	}
+	bad := good
+	bad.UKI = sha512.Sum384([]byte("another uki"))
+	goodLog := tdxtest.TDVFLog(good)
+	signer := tdxtest.New(t, time.Now())
+	r := newTDXRigWith(t, signer, "", func(p *tdx.Policy) {
+		p.RTMRs = [][]string{{hex.EncodeToString(goodLog.RTMRs[0][:])}}
+		p.Boot = &tdx.BootPolicy{
+			UKIs:        []string{"sha384:" + hex.EncodeToString(good.UKI[:])},
+			SecureBoot:  tdx.SecureBootPolicy{AllowDisabled: true},
+			JudgedRTMRs: []int{1, 2},
+		}
+	})
+	if _, err := r.agent(t, ukiBootIssuer(t, signer, good), 30*time.Second).Get(context.Background(), worker()); err != nil {
+		t.Fatalf("the listed uki's TD: %v", err)
+	}
+	r.refusedWithTokens(t, ukiBootIssuer(t, signer, bad), worker(), latchkeyv1.Reason_COMPONENT_NOT_ALLOWED, 1)
+}

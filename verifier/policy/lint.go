@@ -22,9 +22,11 @@ var resettablePCRs = []int{16, 23}
 //   - a reference value for a software-resettable PCR;
 //   - an SNP section that lists no launch measurement and no ID key;
 //   - a TDX section that lists no MRTD (every TDX join is refused), that
-//     allows debug TDs (the host can read their memory), or whose boot
+//     allows debug TDs (the host can read their memory), whose boot
 //     component policy lists no UKI and no boot loader (every TD that
-//     loads an EFI application is refused).
+//     loads an EFI application is refused), or that judges RTMRs by
+//     components but lists no RTMR[0] value (the firmware always
+//     extends RTMR[0], so every join is refused).
 func Lint(p *Policy) []string {
 	var out []string
 	if t := p.TPM; t != nil {
@@ -57,6 +59,9 @@ func Lint(p *Policy) []string {
 		}
 		if x.Boot != nil && len(x.Boot.UKIs) == 0 && len(x.Boot.BootLoaders) == 0 {
 			out = append(out, "tdx: boot lists no ukis and no bootLoaders: every TD whose firmware loads an EFI application would be refused")
+		}
+		if x.Boot != nil && len(x.Boot.JudgedRTMRs) > 0 && (len(x.RTMRs) == 0 || len(x.RTMRs[0]) == 0) {
+			out = append(out, "tdx: boot.judgedRTMRs judges RTMR[1]/RTMR[2] but rtmrs lists no RTMR[0] value: RTMR[0] must be all zeros, which no TD firmware leaves it, so every TDX join would be refused")
 		}
 	}
 	slices.Sort(out)

@@ -34,6 +34,9 @@ func TestTDXSection(t *testing.T) {
 		{"five rtmrs", "apiVersion: latchkey/v1\ntdx:\n  rtmrs: [[], [], [], [], []]\n", "tdx policy: rtmrs: 5 lists, a TD has 4 RTMRs"},
 		{"revoked status", "apiVersion: latchkey/v1\ntdx:\n  tcbStatuses: [Revoked]\n", `tdx policy: tcbStatuses[0]: "Revoked" is not one of`},
 		{"bad root", "apiVersion: latchkey/v1\ntdx:\n  trustedRoots: [\"x\"]\n", "tdx policy: trustedRoots[0]: want one PEM certificate"},
+		{"judged and listed", "apiVersion: latchkey/v1\ntdx:\n  rtmrs: [[], [\"" + m + "\"]]\n  boot: {ukis: [\"sha384:" + m + "\"], judgedRTMRs: [1]}\n", "tdx policy: rtmrs[1]: RTMR[1] is judged by boot components (boot.judgedRTMRs); list values or judge it, not both"},
+		{"judged rtmr 3", "apiVersion: latchkey/v1\ntdx:\n  boot: {ukis: [\"sha384:" + m + "\"], judgedRTMRs: [3]}\n", "tdx policy: boot.judgedRTMRs[0]: RTMR[3] cannot be judged by components (only 1 and 2)"},
+		{"judged case variant", "apiVersion: latchkey/v1\ntdx:\n  boot: {ukis: [\"sha384:" + m + "\"], judgedRtmrs: [1]}\n", "judgedRtmrs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Load([]byte(tc.policy), Deps{})

@@ -35,6 +35,12 @@ type TDXOptions struct {
 	// issuer gets it): its MRTD is listed as it is, and the reference
 	// log must replay to its RTMRs. "" lists no MRTD.
 	ReferenceQuote string
+	// JudgeRTMRs predicts the judged form: RTMR[1] and RTMR[2] in
+	// boot.judgedRTMRs instead of values, only rtmrs[0] listed, and the
+	// reference's RTMR[2] measurements the verifier cannot read (the
+	// kernel's initrd measurement), this boot's in their place, in
+	// boot.extraMeasurements.
+	JudgeRTMRs bool
 }
 
 // TDXSnippet is the part of the verifier's policy file a TDX prediction
@@ -114,6 +120,12 @@ func PredictTDX(o TDXOptions) (*TDXSnippet, *UKI, error) {
 		if p.RTMRs, err = PredictRTMRs(wire.TrimCCEL(raw), chain, u, o.Cmdlines); err != nil {
 			return nil, nil, fmt.Errorf("predict: %s: %w", o.ReferenceCCEL, err)
 		}
+		if o.JudgeRTMRs {
+			p.RTMRs = p.RTMRs[:1]
+			if bp.ExtraMeasurements, err = predictExtras(wire.TrimCCEL(raw), chain, u); err != nil {
+				return nil, nil, fmt.Errorf("predict: %s: %w", o.ReferenceCCEL, err)
+			}
+		}
 		if o.ReferenceQuote != "" {
 			if p.MRTDs, err = referenceMRTD(o.ReferenceQuote, wire.TrimCCEL(raw)); err != nil {
 				return nil, nil, err
@@ -121,6 +133,9 @@ func PredictTDX(o TDXOptions) (*TDXSnippet, *UKI, error) {
 		}
 	} else if o.ReferenceQuote != "" {
 		return nil, nil, fmt.Errorf("predict: a reference quote needs its reference ccel")
+	}
+	if o.JudgeRTMRs {
+		bp.JudgedRTMRs = []int{1, 2}
 	}
 	return &TDXSnippet{APIVersion: "latchkey/v1", TDX: p}, u, nil
 }
@@ -206,6 +221,26 @@ func PredictRTMRs(log []byte, chain [][sha512.Size384]byte, u *UKI, cmdlines []s
 	return out, nil
 }
 
+// predictExtras are the RTMR[2] measurements of the reference boot the
+// verifier cannot read, with this boot's in their place (as substitute
+// makes them), for boot.extraMeasurements.
+func predictExtras(log []byte, chain [][sha512.Size384]byte, u *UKI) ([]string, error) {
+	events, ref, err := tdx.ReadLog(log)
+	if err != nil {
+		return nil, err
+	}
+	if len(ref.Applications) != len(chain) {
+		return nil, fmt.Errorf("the reference boot loaded %d applications, the prediction boots %d (boot loaders and the uki)", len(ref.Applications), len(chain))
+	}
+	var out []string
+	for _, e := range substitute(events, ref, chain, u, "") {
+		if e.Role == tdx.RoleUnexplained && !contains(out, digest384(e.Digest)) {
+			out = append(out, digest384(e.Digest))
+		}
+	}
+	return out, nil
+}
+
 // substitute is the reference's events with the predicted boot's
 // measurements in place of the reference boot's (see PredictTDX).
 func substitute(events []tdx.LoggedEvent, ref *tdx.Boot, chain [][sha512.Size384]byte, u *UKI, cmdline string) []tdx.LoggedEvent {
@@ -282,7 +317,13 @@ func WriteTDX(w io.Writer, s *TDXSnippet, u *UKI) error {
 	b.WriteString("# latchkey-verifier policy predict --variant tdx: reference values of a TD booting these artefacts.\n")
 	b.WriteString("# Paste into the policy's tdx section (next to its tcbStatuses and trustedRoots).\n")
 	b.WriteString("# boot.ukis/bootLoaders are the files' SHA-384 Authenticode digests.\n")
-	if len(s.TDX.RTMRs) == 0 {
+	if s.TDX.Boot != nil && len(s.TDX.Boot.JudgedRTMRs) > 0 {
+		b.WriteString("# --judge-rtmrs: boot.judgedRTMRs has tdx.boot judge RTMR[1] and [2] (no values listed for them);\n")
+		b.WriteString("# every event in them must be explained by ukis, bootLoaders, kernelCmdlines or extraMeasurements.\n")
+		if len(s.TDX.RTMRs) == 0 {
+			b.WriteString("# No RTMR[0] predicted (no --reference-ccel): list rtmrs[0], or every TD is refused.\n")
+		}
+	} else if len(s.TDX.RTMRs) == 0 {
 		b.WriteString("# No RTMR predicted (no --reference-ccel): list rtmrs, or the policy requires them all zero.\n")
 	} else {
 		b.WriteString("# rtmrs[0] is the reference boot's; rtmrs[1] and [2] are the reference's events with this\n")

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -168,6 +169,13 @@ func TestAuthenticode384MatchesOsslsigncode(t *testing.T) {
 // The snippet predicted from a reference boot admits, in the validator,
 // a TD that boots the UKI (its quote's RTMRs and its log).
 func TestPredictTDXAdmitsTheBoot(t *testing.T) {
+	t.Run("pinned", func(t *testing.T) { predictTDXAdmits(t, false) })
+	// Judged: no RTMR[1] or RTMR[2] value; the initrd the kernel
+	// measures is predicted into extraMeasurements.
+	t.Run("judged", func(t *testing.T) { predictTDXAdmits(t, true) })
+}
+
+func predictTDXAdmits(t *testing.T, judge bool) {
 	dir := t.TempDir()
 	pu := predicttest.BuildUKI(t, dir)
 	img, _ := os.ReadFile(pu.Path)
@@ -175,16 +183,24 @@ func TestPredictTDXAdmitsTheBoot(t *testing.T) {
 	db := pkitest.SelfSigned(t, "db").DER()
 	refBoot, boot := tdxBoot(t, u, img, db, true), tdxBoot(t, u, img, db, false)
 	refBoot.SecureBoot, boot.SecureBoot = false, false
-	s, _, err := predict.PredictTDX(predict.TDXOptions{UKI: pu.Path, SecureBootOff: true, ReferenceCCEL: writeFile(t, dir, "ccel", tdxtest.TDVFLog(refBoot).Bytes())})
+	s, _, err := predict.PredictTDX(predict.TDXOptions{UKI: pu.Path, SecureBootOff: true, ReferenceCCEL: writeFile(t, dir, "ccel", tdxtest.TDVFLog(refBoot).Bytes()), JudgeRTMRs: judge})
 	if err != nil {
 		t.Fatal(err)
+	}
+	extra := "sha384:" + hex.EncodeToString(boot.Extra[0][:])
+	if judge {
+		if len(s.TDX.RTMRs) != 1 || !slices.Equal(s.TDX.Boot.JudgedRTMRs, []int{1, 2}) || !slices.Equal(s.TDX.Boot.ExtraMeasurements, []string{extra}) {
+			t.Fatalf("judged prediction: rtmrs %v, boot %+v", s.TDX.RTMRs, s.TDX.Boot)
+		}
 	}
 	at := time.Now()
 	signer := tdxtest.New(t, at)
 	p := *s.TDX
 	p.TrustedRoots = []string{signer.RootPEM()}
 	p.MRTDs = []string{hex.EncodeToString(signer.Body().GetMrTd())}
-	p.Boot.ExtraMeasurements = []string{"sha384:" + hex.EncodeToString(boot.Extra[0][:])}
+	if !judge {
+		p.Boot.ExtraMeasurements = []string{extra}
+	}
 	cdir := t.TempDir()
 	if err := tdx.FetchCollateral(context.Background(), signer.Getter(tdxtest.Collateral{IssueDate: at.AddDate(0, 0, -1), NextUpdate: at.AddDate(0, 1, 0)}), p, tdxtest.FMSPC, "platform", cdir, at); err != nil {
 		t.Fatal(err)

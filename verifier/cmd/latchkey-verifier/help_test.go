@@ -23,7 +23,7 @@ func TestEveryCommandHelp(t *testing.T) {
 			"pin":              {"config", "state-dir"},
 			"policy check":     nil,
 			"policy diff":      {"config", "kubeconfig", "changed"},
-			"policy predict":   {"uki", "boot-loader", "cmdline", "phase", "stub", "secure-boot-off", "variant", "reference-ccel", "reference-quote"},
+			"policy predict":   {"uki", "boot-loader", "cmdline", "phase", "stub", "secure-boot-off", "variant", "reference-ccel", "reference-quote", "judge-rtmrs"},
 			"tokens list":      {"socket"},
 			"tokens revoke":    {"socket"},
 			"bindings list":    {"socket"},

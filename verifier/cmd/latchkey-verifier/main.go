@@ -307,15 +307,17 @@ func predictCmd(fs *flag.FlagSet) cli.Runner {
 	variant := fs.String("variant", "tpm", "the policy section to predict: tpm or tdx")
 	refCCEL := fs.String("reference-ccel", "", "tdx: the CC event log of a reference boot (its /sys/firmware/acpi/tables/data/CCEL), to predict RTMR[0..2]")
 	refQuote := fs.String("reference-quote", "", "tdx: a TD quote of that reference boot, whose MRTD is listed")
+	judge := fs.Bool("judge-rtmrs", false, "tdx: have tdx.boot judge RTMR[1] and RTMR[2] (boot.judgedRTMRs) instead of listing their values")
 	return func(args []string, stdout, stderr io.Writer) int {
 		if len(args) != 0 || o.UKI == "" || (*variant != "tpm" && *variant != "tdx") ||
-			(*variant == "tpm" && (*refCCEL != "" || *refQuote != "")) || (*variant == "tdx" && len(phases) > 0) {
+			(*variant == "tpm" && (*refCCEL != "" || *refQuote != "" || *judge)) || (*variant == "tdx" && len(phases) > 0) {
 			return usageError(stderr, "policy predict")
 		}
 		if *variant == "tdx" {
 			return predictTDXRun(predict.TDXOptions{
 				UKI: o.UKI, BootLoaders: loaders, Cmdlines: cmdlines, Stub: predict.Stub(*stub),
 				SecureBootOff: o.SecureBootOff, ReferenceCCEL: *refCCEL, ReferenceQuote: *refQuote,
+				JudgeRTMRs: *judge,
 			}, stdout, stderr)
 		}
 		return predictRun(o, loaders, cmdlines, phases, *stub, stdout, stderr)

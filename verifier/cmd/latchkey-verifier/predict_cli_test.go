@@ -74,9 +74,27 @@ func TestPolicyPredictTDXCLI(t *testing.T) {
 	if _, err := policy.LoadFile(path, policy.Deps{}); err != nil {
 		t.Fatalf("predicted policy does not load: %v\n%s", err, pol)
 	}
+	// --judge-rtmrs: the judged form loads and passes policy check.
+	out.Reset()
+	if code := run([]string{"policy", "predict", "--variant", "tdx", "--uki", u.Path, "--reference-ccel", refPath, "--secure-boot-off", "--judge-rtmrs"}, &out, &errOut); code != 0 {
+		t.Fatalf("--judge-rtmrs: exit %d: %s", code, errOut.String())
+	}
+	judged := out.String()
+	if !strings.Contains(judged, "judgedRTMRs:\n    - 1\n    - 2\n") || strings.Count(judged, "  - - ") != 1 {
+		t.Fatalf("judged snippet:\n%s", judged)
+	}
+	pol = strings.Replace(judged, "tdx:\n", "tdx:\n  mrtds: [\""+strings.Repeat("a", 96)+"\"]\n", 1)
+	if err := os.WriteFile(path, []byte(pol), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var checkOut, checkErr bytes.Buffer
+	if code := run([]string{"policy", "check", path}, &checkOut, &checkErr); code != 0 {
+		t.Fatalf("policy check of the judged prediction: exit %d: %s\n%s", code, checkErr.String(), pol)
+	}
 	for _, args := range [][]string{
 		{"policy", "predict", "--variant", "tdx", "--uki", u.Path, "--phase", "sysinit"},
 		{"policy", "predict", "--uki", u.Path, "--reference-ccel", refPath},
+		{"policy", "predict", "--uki", u.Path, "--judge-rtmrs"},
 		{"policy", "predict", "--variant", "sev", "--uki", u.Path},
 	} {
 		if code := run(args, &out, &errOut); code != 2 {
