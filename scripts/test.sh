@@ -158,7 +158,7 @@ shell_lint() {
 shipped_test_only() {
   local bins=(./agent/cmd/latchkey-agent ./verifier/cmd/latchkey-verifier) bad importers
   bad=$(go list -deps "${bins[@]}" |
-    grep -E '^testing$|go-sev-guest/testing|go-tdx-guest/testing|tpmtest|snptest|tdxtest|attesttest|localapitest|predicttest|k8stest|etcdtest|benchtest|yamltest|pkitest|logtest|sdnotifytest|clitest|gosrctest|execxtest|policytest|/fake(/|$)' || true)
+    grep -E '^testing$|go-sev-guest/testing|go-tdx-guest/testing|tpmtest|snptest|tdxtest|attesttest|localapitest|predicttest|k8stest|etcdtest|benchtest|yamltest|pkitest|uefitest|logtest|sdnotifytest|clitest|gosrctest|execxtest|policytest|/fake(/|$)' || true)
   importers=$(go list -deps -f '{{.ImportPath}} {{join .Imports " "}}' "${bins[@]}" |
     awk '$1 != "k8s.io/client-go/gentype" { for (i = 2; i <= NF; i++) if ($i == "k8s.io/client-go/testing") print $1 }')
   if [[ -n $bad || -n $importers ]]; then

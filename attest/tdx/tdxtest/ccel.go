@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"crypto/sha512"
 	"encoding/binary"
-	"unicode/utf16"
+
+	"github.com/latchkey/latchkey/internal/uefitest"
 )
 
 // TCG event types the synthesized CC event logs use.
@@ -86,13 +87,7 @@ func CCELTable() []byte {
 }
 
 // UTF16 encodes s as UTF-16LE with a NUL, as EFI code logs strings.
-func UTF16(s string) []byte {
-	var b []byte
-	for _, u := range utf16.Encode([]rune(s + "\x00")) {
-		b = binary.LittleEndian.AppendUint16(b, u)
-	}
-	return b
-}
+func UTF16(s string) []byte { return uefitest.UTF16(s) }
 
 // Section is one UKI section systemd-stub measures.
 type Section struct {
@@ -126,12 +121,6 @@ type UKIBoot struct {
 	Edit func(rtmr int, typ uint32, data []byte, digest [48]byte) (uint32, []byte, [48]byte)
 }
 
-var (
-	guidGlobal        = []byte{0x61, 0xdf, 0xe4, 0x8b, 0xca, 0x93, 0xd2, 0x11, 0xaa, 0x0d, 0x00, 0xe0, 0x98, 0x03, 0x2b, 0x8c}
-	guidImageSecurity = []byte{0xcb, 0xb2, 0x19, 0xd7, 0x3a, 0x3d, 0x96, 0x45, 0xa3, 0xbc, 0xda, 0xd0, 0x0e, 0x67, 0x65, 0x6f}
-	guidCertX509      = []byte{0xa1, 0x59, 0xc0, 0xa5, 0xe4, 0x94, 0xa7, 0x4a, 0x87, 0xb5, 0xab, 0x15, 0x5c, 0x2b, 0xf0, 0x72}
-)
-
 // TDVFLog lays out b's events in the order TDVF and systemd-stub
 // measure them (RTMR[0]: PCR 1 and 7; RTMR[1]: PCR 2-6; RTMR[2]: PCR
 // 8-15): the Secure Boot variables and separator, "Calling EFI
@@ -139,22 +128,16 @@ var (
 // section pairs and passed command line, then Exit Boot Services.
 func TDVFLog(b UKIBoot) *CCEL {
 	l := &editing{CCEL: NewCCEL(), edit: b.Edit}
-	sb := byte(0)
-	if b.SecureBoot {
-		sb = 1
+	for _, v := range uefitest.SecureBootVariables(b.SecureBoot, b.DB) {
+		l.AddData(0, EvEFIVariableConfig, v)
 	}
-	l.AddData(0, EvEFIVariableConfig, uefiVariable(guidGlobal, "SecureBoot", []byte{sb}))
-	l.AddData(0, EvEFIVariableConfig, uefiVariable(guidGlobal, "PK", signatureList(b.DB)))
-	l.AddData(0, EvEFIVariableConfig, uefiVariable(guidGlobal, "KEK", signatureList(b.DB)))
-	l.AddData(0, EvEFIVariableConfig, uefiVariable(guidImageSecurity, "db", signatureList(b.DB)))
-	l.AddData(0, EvEFIVariableConfig, uefiVariable(guidImageSecurity, "dbx", nil))
 	l.AddData(0, EvSeparator, []byte{0, 0, 0, 0})
 	l.AddData(1, EvEFIAction, []byte("Calling EFI Application from Boot Option"))
 	l.AddData(1, EvSeparator, []byte{0, 0, 0, 0})
 	if b.SecureBoot && len(b.DB) > 0 {
 		// The db certificate that verified the first image (logged once,
 		// after the separator).
-		l.AddData(0, EvEFIAuthority, uefiVariable(guidImageSecurity, "db", append(make([]byte, 16), b.DB[0]...)))
+		l.AddData(0, EvEFIAuthority, uefitest.Authority(b.DB[0]))
 	}
 	if b.GPT != nil {
 		l.AddData(1, EvEFIGPT, b.GPT)
@@ -195,30 +178,4 @@ func (l *editing) Add(rtmr int, typ uint32, data []byte, digest [48]byte) {
 
 func (l *editing) AddData(rtmr int, typ uint32, data []byte) {
 	l.Add(rtmr, typ, data, sha512.Sum384(data))
-}
-
-// uefiVariable encodes UEFI_VARIABLE_DATA.
-func uefiVariable(guid []byte, name string, data []byte) []byte {
-	var b bytes.Buffer
-	b.Write(guid)
-	u := utf16.Encode([]rune(name))
-	binary.Write(&b, binary.LittleEndian, uint64(len(u)))
-	binary.Write(&b, binary.LittleEndian, uint64(len(data)))
-	binary.Write(&b, binary.LittleEndian, u)
-	b.Write(data)
-	return b.Bytes()
-}
-
-// signatureList encodes an EFI_SIGNATURE_LIST per X.509 certificate.
-func signatureList(certs [][]byte) []byte {
-	var b bytes.Buffer
-	for _, der := range certs {
-		b.Write(guidCertX509)
-		binary.Write(&b, binary.LittleEndian, uint32(28+16+len(der)))
-		binary.Write(&b, binary.LittleEndian, uint32(0))
-		binary.Write(&b, binary.LittleEndian, uint32(16+len(der)))
-		b.Write(make([]byte, 16)) // owner
-		b.Write(der)
-	}
-	return b.Bytes()
 }

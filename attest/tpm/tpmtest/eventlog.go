@@ -9,12 +9,12 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"unicode/utf16"
-
 	"testing"
 
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
+
+	"github.com/latchkey/latchkey/internal/uefitest"
 )
 
 // TCG event types the synthesized logs use.
@@ -101,13 +101,7 @@ func (l *FirmwareLog) AddData(pcr int, typ uint32, data []byte) {
 func (l *FirmwareLog) Bytes() []byte { return bytes.Clone(l.buf.Bytes()) }
 
 // UTF16 encodes s as UTF-16LE with a NUL, as EFI code logs strings.
-func UTF16(s string) []byte {
-	var b []byte
-	for _, u := range utf16.Encode([]rune(s + "\x00")) {
-		b = binary.LittleEndian.AppendUint16(b, u)
-	}
-	return b
-}
+func UTF16(s string) []byte { return uefitest.UTF16(s) }
 
 // Section is one UKI section systemd-stub measures.
 type Section struct {
@@ -132,39 +126,6 @@ type Boot struct {
 	Passed  bool
 }
 
-var (
-	guidGlobal        = []byte{0x61, 0xdf, 0xe4, 0x8b, 0xca, 0x93, 0xd2, 0x11, 0xaa, 0x0d, 0x00, 0xe0, 0x98, 0x03, 0x2b, 0x8c}
-	guidImageSecurity = []byte{0xcb, 0xb2, 0x19, 0xd7, 0x3a, 0x3d, 0x96, 0x45, 0xa3, 0xbc, 0xda, 0xd0, 0x0e, 0x67, 0x65, 0x6f}
-	guidCertX509      = []byte{0xa1, 0x59, 0xc0, 0xa5, 0xe4, 0x94, 0xa7, 0x4a, 0x87, 0xb5, 0xab, 0x15, 0x5c, 0x2b, 0xf0, 0x72}
-)
-
-// uefiVariable encodes UEFI_VARIABLE_DATA.
-func uefiVariable(guid []byte, name string, data []byte) []byte {
-	var b bytes.Buffer
-	b.Write(guid)
-	u := utf16.Encode([]rune(name))
-	binary.Write(&b, binary.LittleEndian, uint64(len(u)))
-	binary.Write(&b, binary.LittleEndian, uint64(len(data)))
-	binary.Write(&b, binary.LittleEndian, u)
-	b.Write(data)
-	return b.Bytes()
-}
-
-// signatureList encodes an EFI_SIGNATURE_LIST of X.509 certificates (one
-// list per certificate, as OVMF's enrolment tools write them).
-func signatureList(certs [][]byte) []byte {
-	var b bytes.Buffer
-	for _, der := range certs {
-		b.Write(guidCertX509)
-		binary.Write(&b, binary.LittleEndian, uint32(28+16+len(der)))
-		binary.Write(&b, binary.LittleEndian, uint32(0))
-		binary.Write(&b, binary.LittleEndian, uint32(16+len(der)))
-		b.Write(make([]byte, 16)) // owner
-		b.Write(der)
-	}
-	return b.Bytes()
-}
-
 // OVMFLog lays out b's events in the order OVMF and systemd-stub measure
 // them: PCR 0 version, PCR 7 Secure Boot variables, "Calling EFI
 // Application", separators 0-7, boot applications in PCR 4, Exit Boot
@@ -174,16 +135,9 @@ func signatureList(certs [][]byte) []byte {
 func OVMFLog(b Boot) *FirmwareLog {
 	l := NewFirmwareLog()
 	l.AddData(0, EvSCRTMVersion, UTF16(b.Firmware))
-	sb := byte(0)
-	if b.SecureBoot {
-		sb = 1
+	for _, v := range uefitest.SecureBootVariables(b.SecureBoot, b.DB) {
+		l.AddData(7, EvEFIVariableConfig, v)
 	}
-	l.AddData(7, EvEFIVariableConfig, uefiVariable(guidGlobal, "SecureBoot", []byte{sb}))
-	// The test PKI is one certificate: PK, KEK and db hold the same.
-	l.AddData(7, EvEFIVariableConfig, uefiVariable(guidGlobal, "PK", signatureList(b.DB)))
-	l.AddData(7, EvEFIVariableConfig, uefiVariable(guidGlobal, "KEK", signatureList(b.DB)))
-	l.AddData(7, EvEFIVariableConfig, uefiVariable(guidImageSecurity, "db", signatureList(b.DB)))
-	l.AddData(7, EvEFIVariableConfig, uefiVariable(guidImageSecurity, "dbx", nil))
 	l.AddData(4, EvEFIAction, []byte("Calling EFI Application from Boot Option"))
 	for pcr := range 8 {
 		l.AddData(pcr, EvSeparator, []byte{0, 0, 0, 0})
@@ -191,7 +145,7 @@ func OVMFLog(b Boot) *FirmwareLog {
 	if b.SecureBoot && len(b.DB) > 0 {
 		// The db certificate that verified the first image (OVMF logs
 		// each authority once, after the separator).
-		l.AddData(7, EvEFIAuthority, uefiVariable(guidImageSecurity, "db", append(make([]byte, 16), b.DB[0]...)))
+		l.AddData(7, EvEFIAuthority, uefitest.Authority(b.DB[0]))
 	}
 	for _, d := range b.Loaders {
 		l.Add(4, EvEFIBootApp, make([]byte, 32), d)
