@@ -51,33 +51,20 @@ func Predict(o Options) (*Snippet, *UKI, error) {
 	if len(phases) == 0 {
 		phases = tpm.DefaultPCR11Phases
 	}
-	img, err := readImage(o.UKI)
+	_, u, err := readUKIFile(o.UKI, o.Stub)
 	if err != nil {
 		return nil, nil, err
 	}
-	u, err := ReadUKI(img, o.Stub)
-	if err != nil {
-		return nil, nil, fmt.Errorf("predict: %s: %w", o.UKI, err)
-	}
 	bp := &tpm.BootPolicy{UKIs: []string{digest(u.Authenticode)}, PCR11Phases: phases}
 	bp.SecureBoot.AllowDisabled = o.SecureBootOff
-	for _, path := range o.BootLoaders {
-		b, err := readImage(path)
-		if err != nil {
-			return nil, nil, err
-		}
-		d, err := Authenticode(b)
-		if err != nil {
-			return nil, nil, fmt.Errorf("predict: %s: %w", path, err)
-		}
+	loaders, err := imageDigests(o.BootLoaders, Authenticode)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, d := range loaders {
 		bp.BootLoaders = append(bp.BootLoaders, digest(d))
 	}
-	if len(o.Cmdlines) > 0 {
-		if c := u.Cmdline(); c != "" {
-			bp.KernelCmdlines = append(bp.KernelCmdlines, c)
-		}
-		bp.KernelCmdlines = append(bp.KernelCmdlines, o.Cmdlines...)
-	}
+	bp.KernelCmdlines = cmdlinesFor(u, o.Cmdlines)
 	var pcr11 []string
 	for _, ph := range phases {
 		v := u.PCR11(ph)
@@ -104,6 +91,51 @@ func Write(w io.Writer, s *Snippet, u *UKI) error {
 	b.Write(out)
 	_, err = io.WriteString(w, b.String())
 	return err
+}
+
+// readUKIFile reads the UKI at path and parses it.
+func readUKIFile(path string, stub Stub) ([]byte, *UKI, error) {
+	img, err := readImage(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	u, err := ReadUKI(img, stub)
+	if err != nil {
+		return nil, nil, fmt.Errorf("predict: %s: %w", path, err)
+	}
+	return img, u, nil
+}
+
+// imageDigests reads each boot loader image and returns its Authenticode
+// digest by sum (SHA-256 for a TPM's PCR 4, SHA-384 for TDX's RTMR[1]).
+func imageDigests[D any](paths []string, sum func([]byte) (D, error)) ([]D, error) {
+	out := make([]D, 0, len(paths))
+	for _, path := range paths {
+		b, err := readImage(path)
+		if err != nil {
+			return nil, err
+		}
+		d, err := sum(b)
+		if err != nil {
+			return nil, fmt.Errorf("predict: %s: %w", path, err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// cmdlinesFor is the kernelCmdlines list for passed command lines: none
+// when none is passed; else the UKI's own .cmdline (when it has one) and
+// each passed one, as every measured command line must then be listed.
+func cmdlinesFor(u *UKI, passed []string) []string {
+	if len(passed) == 0 {
+		return nil
+	}
+	var out []string
+	if c := u.Cmdline(); c != "" {
+		out = append(out, c)
+	}
+	return append(out, passed...)
 }
 
 func digest(d [32]byte) string { return "sha256:" + hex.EncodeToString(d[:]) }

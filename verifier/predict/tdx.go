@@ -77,13 +77,9 @@ func PredictTDX(o TDXOptions) (*TDXSnippet, *UKI, error) {
 	if o.Stub == "" {
 		o.Stub = Stub252
 	}
-	img, err := readImage(o.UKI)
+	img, u, err := readUKIFile(o.UKI, o.Stub)
 	if err != nil {
 		return nil, nil, err
-	}
-	u, err := ReadUKI(img, o.Stub)
-	if err != nil {
-		return nil, nil, fmt.Errorf("predict: %s: %w", o.UKI, err)
 	}
 	ukiDigest, err := Authenticode384(img)
 	if err != nil {
@@ -91,27 +87,15 @@ func PredictTDX(o TDXOptions) (*TDXSnippet, *UKI, error) {
 	}
 	bp := &tdx.BootPolicy{UKIs: []string{digest384(ukiDigest)}}
 	bp.SecureBoot.AllowDisabled = o.SecureBootOff
-	chain := make([][sha512.Size384]byte, 0, len(o.BootLoaders)+1)
-	for _, path := range o.BootLoaders {
-		b, err := readImage(path)
-		if err != nil {
-			return nil, nil, err
-		}
-		d, err := Authenticode384(b)
-		if err != nil {
-			return nil, nil, fmt.Errorf("predict: %s: %w", path, err)
-		}
+	chain, err := imageDigests(o.BootLoaders, Authenticode384)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, d := range chain {
 		bp.BootLoaders = append(bp.BootLoaders, digest384(d))
-		chain = append(chain, d)
 	}
 	chain = append(chain, ukiDigest)
-	p := &tdx.Policy{Boot: bp}
-	if len(o.Cmdlines) > 0 {
-		if c := u.Cmdline(); c != "" {
-			p.KernelCmdlines = append(p.KernelCmdlines, c)
-		}
-		p.KernelCmdlines = append(p.KernelCmdlines, o.Cmdlines...)
-	}
+	p := &tdx.Policy{Boot: bp, KernelCmdlines: cmdlinesFor(u, o.Cmdlines)}
 	if o.ReferenceCCEL != "" {
 		raw, err := readImage(o.ReferenceCCEL)
 		if err != nil {
