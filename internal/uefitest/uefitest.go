@@ -86,3 +86,29 @@ func SecureBootVariables(secureBoot bool, db [][]byte) [][]byte {
 func Authority(der []byte) []byte {
 	return Variable(GUIDImageSecurity, "db", append(make([]byte, 16), der...))
 }
+
+// SpecIDEvent is a crypto-agile log's first event: the SHA-1-format
+// EV_NO_ACTION header carrying TCG_EfiSpecIDEvent, naming one digest
+// algorithm (alg, a TPM_ALG_ID) of size bytes.
+func SpecIDEvent(alg uint16, size uint16) []byte {
+	var spec bytes.Buffer
+	spec.WriteString("Spec ID Event03\x00")
+	binary.Write(&spec, binary.LittleEndian, struct {
+		PlatformClass                   uint32
+		Minor, Major, Errata, UintnSize uint8
+		NumAlgs                         uint32
+		AlgID, AlgSize                  uint16
+		VendorInfoSize                  uint8
+	}{0, 0, 2, 0, 2, 1, alg, size, 0})
+	var b bytes.Buffer
+	binary.Write(&b, binary.LittleEndian, struct {
+		PCR, Type uint32
+		Digest    [20]byte
+		Size      uint32
+	}{0, evNoAction, [20]byte{}, uint32(spec.Len())})
+	b.Write(spec.Bytes())
+	return b.Bytes()
+}
+
+// evNoAction is EV_NO_ACTION.
+const evNoAction = 0x03

@@ -31,21 +31,7 @@ type CCEL struct {
 // NewCCEL starts a log with its TCG_EfiSpecIDEvent.
 func NewCCEL() *CCEL {
 	l := &CCEL{}
-	var spec bytes.Buffer
-	spec.WriteString("Spec ID Event03\x00")
-	binary.Write(&spec, binary.LittleEndian, struct {
-		PlatformClass                   uint32
-		Minor, Major, Errata, UintnSize uint8
-		NumAlgs                         uint32
-		AlgID, AlgSize                  uint16
-		VendorInfoSize                  uint8
-	}{0, 0, 2, 0, 2, 1, 0x000c, 48, 0})
-	binary.Write(&l.buf, binary.LittleEndian, struct {
-		PCR, Type uint32
-		Digest    [20]byte
-		Size      uint32
-	}{0, EvNoAction, [20]byte{}, uint32(spec.Len())})
-	l.buf.Write(spec.Bytes())
+	l.buf.Write(uefitest.SpecIDEvent(0x000c, 48))
 	return l
 }
 
