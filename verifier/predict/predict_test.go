@@ -52,31 +52,38 @@ func TestPCR11MatchesSystemdMeasure(t *testing.T) {
 
 // osslsigncode's Authenticode digest of the signed UKI is ours.
 func TestAuthenticodeMatchesOsslsigncode(t *testing.T) {
+	signed, want := osslsigncodeDigest(t, "sha256")
+	d, err := predict.Authenticode(signed)
+	if err != nil {
+		t.Fatalf("Authenticode: %v", err)
+	}
+	if len(want) != 64 || hex.EncodeToString(d[:]) != want {
+		t.Fatalf("authenticode %x, osslsigncode %s", d, want)
+	}
+}
+
+// osslsigncodeDigest signs a test UKI with osslsigncode using hash
+// (sha256, sha384) and returns the signed image and the Authenticode
+// digest osslsigncode calculates for it (lower-case hex).
+func osslsigncodeDigest(t *testing.T, hash string) ([]byte, string) {
+	t.Helper()
 	dir := t.TempDir()
 	u := predicttest.BuildUKI(t, dir)
 	cert, key := selfSigned(t, dir)
 	signed := filepath.Join(dir, "signed.efi")
-	if out, err := exec.Command("osslsigncode", "sign", "-certs", cert, "-key", key, "-h", "sha256", "-in", u.Path, "-out", signed).CombinedOutput(); err != nil {
+	if out, err := exec.Command("osslsigncode", "sign", "-certs", cert, "-key", key, "-h", hash, "-in", u.Path, "-out", signed).CombinedOutput(); err != nil {
 		t.Fatalf("osslsigncode sign: %v: %s", err, out)
 	}
 	out, _ := exec.Command("osslsigncode", "verify", "-in", signed).CombinedOutput() // fails on the untrusted cert, prints digests
-	m := regexp.MustCompile(`Calculated message digest\s*:\s*([0-9A-Fa-f]{64})`).FindSubmatch(out)
+	m := regexp.MustCompile(`Calculated message digest\s*:\s*([0-9A-Fa-f]+)`).FindSubmatch(out)
 	if m == nil {
 		t.Fatalf("no calculated digest in osslsigncode output:\n%s", out)
 	}
-	for _, path := range []string{signed} {
-		img, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := predict.Authenticode(img)
-		if err != nil {
-			t.Fatalf("Authenticode: %v", err)
-		}
-		if want := strings.ToLower(string(m[1])); hex.EncodeToString(d[:]) != want {
-			t.Fatalf("authenticode %x, osslsigncode %s", d, want)
-		}
+	img, err := os.ReadFile(signed)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return img, strings.ToLower(string(m[1]))
 }
 
 func selfSigned(t *testing.T, dir string) (certPath, keyPath string) {

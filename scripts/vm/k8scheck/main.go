@@ -390,23 +390,13 @@ func tokenGone(ctx context.Context, c kubernetes.Interface, _ *rest.Config, o op
 // (whatever its value: offline, refused or stale), i.e. the verifier's
 // taint controller counts it attested.
 func untainted(ctx context.Context, c kubernetes.Interface, _ *rest.Config, o opts) (string, error) {
-	if o.node == "" {
-		return "", errors.New("-node is required")
-	}
-	return wait(ctx, o.timeout, func() (string, bool, error) {
-		n, err := c.CoreV1().Nodes().Get(ctx, o.node, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return "", false, fmt.Errorf("no node %s", o.node)
-		}
-		if err != nil {
-			return err.Error(), false, nil
-		}
+	return nodeState(ctx, c, o, func(n *corev1.Node) (string, bool) {
 		for _, t := range n.Spec.Taints {
 			if t.Key == kubekey.TaintUnattested {
-				return fmt.Sprintf("node %s has taint %s=%s:%s", o.node, t.Key, t.Value, t.Effect), false, nil
+				return fmt.Sprintf("node %s has taint %s=%s:%s", n.Name, t.Key, t.Value, t.Effect), false
 			}
 		}
-		return fmt.Sprintf("node %s has no %s taint (%d taint(s))", o.node, kubekey.TaintUnattested, len(n.Spec.Taints)), true, nil
+		return fmt.Sprintf("node %s has no %s taint (%d taint(s))", n.Name, kubekey.TaintUnattested, len(n.Spec.Taints)), true
 	})
 }
 
