@@ -298,6 +298,24 @@ func (c *compiled) checkTCB(st *State) error {
 	return nil
 }
 
+// minSignedData is the least signed data a version 4 quote carries: the
+// ECDSA signature and attestation key (64 bytes each) and the
+// certification data's type and size (2 + 4 bytes). go-tdx-guest's
+// parser slices a shorter one out of bounds.
+const minSignedData = 64 + 64 + 2 + 4
+
+// quoteToProto is go-tdx-guest's quote parser, with a panic on hostile
+// bytes (an input its checks did not foresee) turned into an error: a
+// quote from the network must never crash the verifier.
+func quoteToProto(raw []byte) (q any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			q, err = nil, fmt.Errorf("the quote parser failed on it: %v", r)
+		}
+	}()
+	return abi.QuoteToProto(raw)
+}
+
 // decode runs check 1.
 func decode(evidence []byte) (*pb.QuoteV4, *wire.Evidence, error) {
 	ev, err := wire.DecodeEvidence(evidence)
@@ -305,12 +323,15 @@ func decode(evidence []byte) (*pb.QuoteV4, *wire.Evidence, error) {
 		return nil, nil, malformed("%w", err)
 	}
 	raw := ev.Quote
-	anyQ, err := abi.QuoteToProto(raw)
+	if want := wire.QuoteLength(raw); want < 0 || len(raw) != want {
+		return nil, nil, malformed("quote: %d bytes, its signed data length says %d", len(raw), want)
+	}
+	if n := wire.SignedDataLength(raw); n < minSignedData {
+		return nil, nil, malformed("quote: %d bytes of signed data, fewer than the %d its signature, attestation key and certification data header take", n, minSignedData)
+	}
+	anyQ, err := quoteToProto(raw)
 	if err != nil {
 		return nil, nil, malformed("quote: %w", err)
-	}
-	if want := wire.QuoteLength(raw); len(raw) != want {
-		return nil, nil, malformed("quote: %d bytes, its signed data length says %d", len(raw), want)
 	}
 	q, ok := anyQ.(*pb.QuoteV4)
 	if !ok {

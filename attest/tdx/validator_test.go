@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
@@ -324,6 +325,26 @@ func TestVerifyRefusals(t *testing.T) {
 	t.Run("truncated quote", func(t *testing.T) {
 		v := newRealValidator(t, realPolicy(), dir, verifyTime)
 		_, err := v.Verify(ctx, evidenceOf(t, realQuote[:1000]), someBinding, nil)
+		wantRefusal(t, err, latchkeyv1.Reason_MALFORMED, "quote:")
+	})
+	// A quote whose signed data length field (attacker-controlled) is
+	// below what the signature, key and certification header take, the
+	// whole quote cut to match: go-tdx-guest's parser sliced past it and
+	// panicked (found by FuzzDecode).
+	shortSigned := func(n int) []byte {
+		q := append([]byte(nil), realQuote[:wire.QuoteLength(realQuote)-wire.SignedDataLength(realQuote)+n]...)
+		binary.LittleEndian.PutUint32(q[48+584:], uint32(n))
+		return q
+	}
+	t.Run("signed data too short", func(t *testing.T) {
+		v := newRealValidator(t, realPolicy(), dir, verifyTime)
+		_, err := v.Verify(ctx, evidenceOf(t, shortSigned(67)), someBinding, nil)
+		wantRefusal(t, err, latchkeyv1.Reason_MALFORMED, "quote: 67 bytes of signed data, fewer than the 134 its signature, attestation key and certification data header take")
+	})
+	t.Run("signed data just long enough, certification data cut", func(t *testing.T) {
+		// Past the length check, the parser itself must refuse, not panic.
+		v := newRealValidator(t, realPolicy(), dir, verifyTime)
+		_, err := v.Verify(ctx, evidenceOf(t, shortSigned(minSignedData)), someBinding, nil)
 		wantRefusal(t, err, latchkeyv1.Reason_MALFORMED, "quote:")
 	})
 	t.Run("oversized evidence", func(t *testing.T) {

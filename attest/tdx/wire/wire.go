@@ -124,7 +124,16 @@ func QuoteLength(raw []byte) int {
 	if len(raw) < signedDataAt {
 		return -1
 	}
-	return signedDataAt + int(binary.LittleEndian.Uint32(raw[signedDataAt-4:signedDataAt]))
+	return signedDataAt + SignedDataLength(raw)
+}
+
+// SignedDataLength is the signed data length a quote's field states, -1
+// when raw is too short to hold the field.
+func SignedDataLength(raw []byte) int {
+	if len(raw) < signedDataAt {
+		return -1
+	}
+	return int(binary.LittleEndian.Uint32(raw[signedDataAt-4 : signedDataAt]))
 }
 
 // TrimQuote cuts the zero padding the kernel's quote buffer leaves after a
