@@ -19,7 +19,7 @@ var errNotAcked = errors.New("ticket not acknowledged")
 
 // issue derives the disk key, mints a token when one is due, and hands the
 // ticket over. It owns the minted token until the agent acknowledges.
-func (s *Service) issue(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, snap *policy.Snapshot, hello *latchkeyv1.Hello, out *outcome) error {
+func (s *Service) issue(ctx context.Context, stream *joinStream, snap *policy.Snapshot, hello *latchkeyv1.Hello, out *outcome) error {
 	keys, err := s.diskKeys(hello) // generation.go
 	if err != nil {
 		return fmt.Errorf("derive disk key: %w", err)
@@ -109,7 +109,7 @@ func buildTicket(key []byte, g *token.Grant) *latchkeyv1.Ticket {
 }
 
 // handover sends the ticket and waits, bounded, for the agent's TicketAck.
-func (s *Service) handover(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, t *latchkeyv1.Ticket) error {
+func (s *Service) handover(ctx context.Context, stream *joinStream, t *latchkeyv1.Ticket) error {
 	msg := &latchkeyv1.VerifierMessage{Msg: &latchkeyv1.VerifierMessage_Ticket{Ticket: t}}
 	if err := stream.Send(msg); err != nil {
 		return fmt.Errorf("%w: send: %v", errNotAcked, err)

@@ -35,7 +35,7 @@ import (
 //     passed: the disk's key generation is written only then.
 //   - A record that cannot be written is UNAVAILABLE: the agent retries,
 //     and the taint controller sees a stale Lease only after its deadline.
-func (s *Service) reattest(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, snap *policy.Snapshot, hello *latchkeyv1.Hello, out *outcome) error {
+func (s *Service) reattest(ctx context.Context, stream *joinStream, snap *policy.Snapshot, hello *latchkeyv1.Hello, out *outcome) error {
 	if hello.GetRequestToken() {
 		return attest.Refuse(latchkeyv1.Reason_MALFORMED, "a re-attestation cannot ask for a token")
 	}

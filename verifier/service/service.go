@@ -182,7 +182,7 @@ func (s *Service) Join(stream latchkeyv1.JoinService_JoinServer) error {
 	return nil
 }
 
-func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, snap *policy.Snapshot, out *outcome) error {
+func (s *Service) join(ctx context.Context, stream *joinStream, snap *policy.Snapshot, out *outcome) error {
 	hello, err := recvHello(ctx, stream)
 	if err != nil {
 		out.hello = auditableHello(hello)
@@ -230,7 +230,7 @@ func (s *Service) join(ctx context.Context, stream latchkeyv1.JoinService_JoinSe
 // validate binds the Hello to this TLS session and runs the variant's
 // validator whole (attest.Validate: Verify, then CheckPolicy on the state
 // it returned), with challenges carried over the stream.
-func (s *Service) validate(ctx context.Context, stream latchkeyv1.JoinService_JoinServer, snap *policy.Snapshot, hello *latchkeyv1.Hello, out *outcome) (*attest.Verified, error) {
+func (s *Service) validate(ctx context.Context, stream *joinStream, snap *policy.Snapshot, hello *latchkeyv1.Hello, out *outcome) (*attest.Verified, error) {
 	val, ok := snap.Validators[hello.GetVariant()]
 	if !ok {
 		return nil, attest.Refuse(latchkeyv1.Reason_UNKNOWN_VARIANT, "variant %s is not enabled by the policy", hello.GetVariant())

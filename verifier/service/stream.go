@@ -53,11 +53,7 @@ func (j *joinStream) read() {
 }
 
 // recv reads one message, giving up when ctx ends.
-func recv(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latchkeyv1.AgentMessage, error) {
-	j, ok := stream.(*joinStream)
-	if !ok {
-		return nil, errors.New("receive: the stream has no inbox")
-	}
+func recv(ctx context.Context, j *joinStream) (*latchkeyv1.AgentMessage, error) {
 	j.reading.Do(func() { go j.read() })
 	select {
 	case m := <-j.inbox:
@@ -84,7 +80,7 @@ func checked(m *latchkeyv1.AgentMessage) (*latchkeyv1.AgentMessage, error) {
 }
 
 // recvHello reads and validates the first message.
-func recvHello(ctx context.Context, stream latchkeyv1.JoinService_JoinServer) (*latchkeyv1.Hello, error) {
+func recvHello(ctx context.Context, stream *joinStream) (*latchkeyv1.Hello, error) {
 	m, err := recv(ctx, stream)
 	if err != nil {
 		return nil, fmt.Errorf("receive hello: %w", helloRecvError(err))
@@ -131,7 +127,7 @@ func validateHello(h *latchkeyv1.Hello) error {
 // TPM answers in well under a second; a client without one never does)
 // and holds no admission slot while a challenge-wait place is free
 // (admission.go).
-func (s *Service) challenger(stream latchkeyv1.JoinService_JoinServer, out *outcome) attest.RoundTrip {
+func (s *Service) challenger(stream *joinStream, out *outcome) attest.RoundTrip {
 	n := 0
 	return func(ctx context.Context, payload []byte) ([]byte, error) {
 		n++

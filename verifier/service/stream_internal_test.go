@@ -75,16 +75,3 @@ func TestRecvAfterAbandonedWaitGetsTheMessage(t *testing.T) {
 		t.Fatalf("recv after the stream ended = %v, want io.EOF", err)
 	}
 }
-
-// A stream Join did not wrap has no reader: recv refuses instead of
-// starting one that could race a later reader.
-func TestRecvRefusesStreamWithoutInbox(t *testing.T) {
-	fake := &scriptedStream{ctx: context.Background(), feed: make(chan *latchkeyv1.AgentMessage)}
-	_, err := recv(context.Background(), fake)
-	if err == nil || err.Error() != "receive: the stream has no inbox" {
-		t.Fatalf("recv on an unwrapped stream = %v, want the no-inbox error", err)
-	}
-	if n := fake.maxSeen.Load(); n != 0 {
-		t.Fatalf("recv on an unwrapped stream ran %d Recvs, want 0", n)
-	}
-}
