@@ -94,23 +94,19 @@ func (v *Validator) checkEndorsement(ctx context.Context, ev *wire.Evidence, der
 	return e, nil
 }
 
-// verifyNew verifies a certificate not in the cache. verify.SnpAttestation
-// checks chain and signature together; to report the first failing check
-// in Verify's order, a bad signature is only reported as such when the
-// certificate does chain to a trusted root.
+// verifyNew verifies a certificate not in the cache with go-sev-guest's
+// verify.SnpAttestation, which checks chain and report signature together.
+// Its signature check covers the report as re-encoded from its parsed
+// form; when that is byte for byte the report the chip signed (every
+// well-formed report), the signature is not verified a second time: a
+// first join pays one P-384 verification, not two. Only a failure, or a
+// report that does not re-encode to itself, re-checks in Verify's order,
+// so a bad signature is reported as such only when the certificate does
+// chain to a trusted root.
 func (v *Validator) verifyNew(ctx context.Context, ev *wire.Evidence, der []byte, now time.Time) (*endorsement, error) {
 	e, err := v.parseEndorsement(ev, der)
 	if err != nil {
 		return nil, err
-	}
-	if sigErr := checkSignature(ev, e.cert); sigErr != nil {
-		if err := v.x509Chain(e.cert, e.kind, now); err != nil {
-			return nil, untrusted("%v certificate does not chain to a trusted root: %w", e.kind, err)
-		}
-		if err := e.matches(ev); err != nil {
-			return nil, err
-		}
-		return nil, sigErr
 	}
 	chain := &spb.CertificateChain{}
 	if e.kind == abi.VlekReportSigner {
@@ -119,13 +115,33 @@ func (v *Validator) verifyNew(ctx context.Context, ev *wire.Evidence, der []byte
 		chain.VcekCert = der
 	}
 	opts := &verify.Options{DisableCertFetching: true, TrustedRoots: v.c.roots, Now: now}
-	if err := verify.SnpAttestationContext(ctx, &spb.Attestation{Report: ev.Report, CertificateChain: chain}, opts); err != nil {
-		return nil, untrusted("%v certificate chain: %w", e.kind, err)
+	attErr := verify.SnpAttestationContext(ctx, &spb.Attestation{Report: ev.Report, CertificateChain: chain}, opts)
+	if attErr != nil || !reencodesToRaw(ev) {
+		if sigErr := checkSignature(ev, e.cert); sigErr != nil {
+			if err := v.x509Chain(e.cert, e.kind, now); err != nil {
+				return nil, untrusted("%v certificate does not chain to a trusted root: %w", e.kind, err)
+			}
+			if err := e.matches(ev); err != nil {
+				return nil, err
+			}
+			return nil, sigErr
+		}
+	}
+	if attErr != nil {
+		return nil, untrusted("%v certificate chain: %w", e.kind, attErr)
 	}
 	if err := e.matches(ev); err != nil {
 		return nil, err
 	}
 	return e, nil
+}
+
+// reencodesToRaw reports whether the parsed report encodes back to the
+// bytes the chip signed: then a signature verified over the one (as
+// verify.SnpAttestation does) is verified over the other.
+func reencodesToRaw(ev *wire.Evidence) bool {
+	b, err := abi.ReportToAbiBytes(ev.Report)
+	return err == nil && bytes.Equal(b, ev.Raw)
 }
 
 // parseEndorsement parses the certificate and its KDS extensions with

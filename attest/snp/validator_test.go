@@ -230,6 +230,19 @@ func TestValidateRefuses(t *testing.T) {
 			want: latchkeyv1.Reason_BAD_SIGNATURE,
 		},
 		{
+			// A first join verifies the signature over the report as
+			// re-encoded from its parsed form, which keeps 4 bits of the
+			// CPUID stepping: this edit re-encodes to the bytes the chip
+			// signed, so only the check of the received bytes refuses it.
+			name: "report edited after signing where its parsed form drops the edit",
+			evidence: func(t *testing.T, s *snptest.Signer, b []byte) []byte {
+				raw := s.Report(b)
+				raw[0x18a] ^= 0x10 // CPUID_STEP's high nibble
+				return rawEvidence(raw, s.CertTable())
+			},
+			want: latchkeyv1.Reason_BAD_SIGNATURE,
+		},
+		{
 			name: "REPORT_DATA from another binding",
 			evidence: func(t *testing.T, s *snptest.Signer, b []byte) []byte {
 				return s.Evidence(newBinding(t))
