@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/latchkey/latchkey/attest/snp"
@@ -279,8 +280,14 @@ func (v *Verifier) Serve(ctx context.Context) error {
 		v.bg.Go(func() { v.revoker.Run(ctx) })
 	}
 	if v.kube != nil {
-		v.bg.Go(func() { runApprover(ctx, v.kube, v.bindings, v.store, v.cfg.Kubernetes, v.deps.Logger) })
-		v.bg.Go(func() { runReaper(ctx, v.kube, v.Minter, v.bindings, v.metrics, v.deps.Logger) })
+		// One factory: the approver and the reaper share its CSR watch.
+		f := informers.NewSharedInformerFactory(v.kube, controllerResync)
+		v.bg.Go(func() {
+			<-ctx.Done()
+			f.Shutdown()
+		})
+		v.bg.Go(func() { runApprover(ctx, v.kube, f, v.bindings, v.store, v.cfg.Kubernetes, v.deps.Logger) })
+		v.bg.Go(func() { runReaper(ctx, v.kube, f, v.Minter, v.bindings, v.metrics, v.deps.Logger) })
 		// The controller reads the nodes' Leases: only with that store.
 		if leases, ok := v.bindings.(*binding.Leases); ok {
 			v.bg.Go(func() { v.runReattest(ctx, leases) })

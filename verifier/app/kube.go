@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -67,8 +68,8 @@ func revokeReplaced(m token.Minter, log *slog.Logger) func(ctx context.Context, 
 // runApprover approves kubelet CSRs only for the node names the verifier
 // attested (kubeadm's blanket auto-approval is off for latchkey's tokens).
 // It runs until ctx ends; its failure is logged, joins go on.
-func runApprover(ctx context.Context, client kubernetes.Interface, b binding.Store, pol policy.Source, k *Kubernetes, log *slog.Logger) {
-	a, err := csr.NewApprover(csr.ApproverConfig{Client: client, Tokens: NodeTokens{Store: b, Policy: pol}, Logger: log,
+func runApprover(ctx context.Context, client kubernetes.Interface, f informers.SharedInformerFactory, b binding.Store, pol policy.Source, k *Kubernetes, log *slog.Logger) {
+	a, err := csr.NewApprover(csr.ApproverConfig{Client: client, Informers: f, Tokens: NodeTokens{Store: b, Policy: pol}, Logger: log,
 		ServingCertificates: k.ApproveServingCertificates})
 	if err == nil {
 		err = a.Run(ctx)
@@ -142,14 +143,18 @@ func kubeClient(k *Kubernetes) (kubernetes.Interface, error) {
 	return c, nil
 }
 
+// controllerResync is how often the approver and the reaper re-examine
+// every CSR and Node they cache (their own default, 30s).
+const controllerResync = 30 * time.Second
+
 // The reaper counts a used token only when it was still there to delete.
 var _ csr.PresentRevoker = (*token.Kube)(nil)
 
 // runReaper deletes each node's bootstrap token once the node has used
 // it (certificate issued, Node registered), and clears it from the node's
 // binding record; tokens it misses expire at their TTL.
-func runReaper(ctx context.Context, client kubernetes.Interface, revoker csr.Revoker, b binding.Store, m *metrics.Metrics, log *slog.Logger) {
-	cfg := csr.ReaperConfig{Client: client, Revoker: revoker, Logger: log,
+func runReaper(ctx context.Context, client kubernetes.Interface, f informers.SharedInformerFactory, revoker csr.Revoker, b binding.Store, m *metrics.Metrics, log *slog.Logger) {
+	cfg := csr.ReaperConfig{Client: client, Informers: f, Revoker: revoker, Logger: log,
 		OnReaped: func() { m.TokenRevoked(metrics.RevokeUsed) }}
 	if c, ok := b.(tokenClearer); ok {
 		cfg.Forget = c.ClearToken

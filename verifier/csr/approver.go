@@ -54,8 +54,13 @@ type ApproverConfig struct {
 	// certificate names and whose addresses the Node object lists. Off by
 	// default.
 	ServingCertificates bool
-	// Resync re-examines pending CSRs, retrying failed updates (default 30s).
+	// Resync re-examines pending CSRs, retrying failed updates (default
+	// 30s); with Informers, that factory's resync period applies instead.
 	Resync time.Duration
+	// Informers, when set, is the informer factory the approver shares
+	// with the verifier's other controllers (its owner starts nothing
+	// twice and shuts it down); nil makes one of its own.
+	Informers informers.SharedInformerFactory
 	// Workers is how many CSRs are decided at once (DefaultWorkers when
 	// zero).
 	Workers int
@@ -122,10 +127,12 @@ func componentLog(log *slog.Logger, component string) *slog.Logger {
 
 // Run watches CSRs until ctx ends.
 func (a *Approver) Run(ctx context.Context) error {
-	f := informers.NewSharedInformerFactory(a.cfg.Client, a.cfg.Resync)
+	f, own := informerFactory(a.cfg.Informers, a.cfg.Client, a.cfg.Resync)
 	inf := f.Certificates().V1().CertificateSigningRequests().Informer()
 	f.Start(ctx.Done())
-	defer f.Shutdown()
+	if own {
+		defer f.Shutdown()
+	}
 	go logSynced(ctx, a.log, inf.HasSynced)
 	err := runQueued(ctx, inf, a.cfg.Workers, func(ctx context.Context, obj any) {
 		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {

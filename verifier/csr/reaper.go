@@ -41,8 +41,12 @@ type ReaperConfig struct {
 	// OnReaped is told of each token deleted after use (for a metric);
 	// optional.
 	OnReaped func()
-	// Resync re-examines CSRs and Nodes (default 30s).
+	// Resync re-examines CSRs and Nodes (default 30s); with Informers,
+	// that factory's resync period applies instead.
 	Resync time.Duration
+	// Informers, when set, is the informer factory the reaper shares with
+	// the verifier's other controllers (as ApproverConfig.Informers).
+	Informers informers.SharedInformerFactory
 	// Workers is how many Nodes are examined (and their tokens deleted)
 	// at once (DefaultWorkers when zero).
 	Workers int
@@ -98,7 +102,7 @@ func NewReaper(cfg ReaperConfig) (*Reaper, error) {
 
 // Run watches CSRs and Nodes until ctx ends.
 func (r *Reaper) Run(ctx context.Context) error {
-	f := informers.NewSharedInformerFactory(r.cfg.Client, r.cfg.Resync)
+	f, own := informerFactory(r.cfg.Informers, r.cfg.Client, r.cfg.Resync)
 	csrs := f.Certificates().V1().CertificateSigningRequests().Informer()
 	nodes := f.Core().V1().Nodes().Informer()
 	onCSR := func(obj any) {
@@ -110,7 +114,9 @@ func (r *Reaper) Run(ctx context.Context) error {
 		return err
 	}
 	f.Start(ctx.Done())
-	defer f.Shutdown()
+	if own {
+		defer f.Shutdown()
+	}
 	go logSynced(ctx, r.log, csrs.HasSynced, nodes.HasSynced)
 	// CSRs are only noted (in memory, in the callback); a Node may cost a
 	// token deletion, so Nodes go to workers.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 )
@@ -22,6 +25,18 @@ func workers(n int) int {
 		return DefaultWorkers
 	}
 	return n
+}
+
+// informerFactory is shared when the controller was given one, so the
+// approver and the reaper of one verifier hold one CSR watch between them
+// (each watch event is sent, decoded and cached once, not twice). Without
+// one, the controller makes its own, which it owns: shut it down when done
+// (own is true).
+func informerFactory(shared informers.SharedInformerFactory, c kubernetes.Interface, resync time.Duration) (f informers.SharedInformerFactory, own bool) {
+	if shared != nil {
+		return shared, false
+	}
+	return informers.NewSharedInformerFactory(c, resync), true
 }
 
 // runQueued feeds the keys of inf's added and updated objects to n
