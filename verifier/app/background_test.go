@@ -49,10 +49,11 @@ func TestServeWaitsForItsGoroutines(t *testing.T) {
 	go func() { done <- v.Serve(ctx) }()
 	<-ready
 	// policy store, metrics, the disks-by-generation count, approver,
-	// reaper, join server, admin API, and the revoker of denied nodes' tokens when there is a minter (the
-	// re-attestation controller needs the Lease store, which this
-	// verifier, bound to a directory, does not have).
-	want := 7
+	// reaper, the shutdown of the informer factory they share, join
+	// server, admin API, and the revoker of denied nodes' tokens when
+	// there is a minter (the re-attestation controller needs the Lease
+	// store, which this verifier, bound to a directory, does not have).
+	want := 8
 	if v.revoker != nil {
 		want++
 	}
