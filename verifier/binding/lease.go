@@ -67,6 +67,9 @@ type Leases struct {
 	ttl    time.Duration
 	// replaced is LeaseConfig.OnTokenReplaced.
 	replaced func(ctx context.Context, node, previousID string)
+	// copies spares an update of a record this replica just wrote its
+	// read.
+	copies leaseCopies
 }
 
 var _ Store = (*Leases)(nil)
@@ -132,6 +135,9 @@ func (l *Leases) claim(ctx context.Context, kind Kind, name, identity string, ge
 	}
 	l.log.Info("binding claimed", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, identity)
 	r, err := record(created)
+	if err == nil {
+		l.copies.put(created.DeepCopy())
+	}
 	return r, err == nil, err
 }
 
@@ -174,6 +180,9 @@ func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string,
 		out, err = l.leases().Update(ctx, lease, metav1.UpdateOptions{})
 		if err != nil && !apierrors.IsConflict(err) {
 			return fmt.Errorf("binding: update lease %s/%s: %w", l.ns, obj, err)
+		}
+		if err == nil {
+			l.copies.put(out.DeepCopy())
 		}
 		return err
 	})
@@ -239,6 +248,11 @@ func (l *Leases) ClearToken(ctx context.Context, node, tokenID string) error {
 	}
 	name := ObjectName(Node, node)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if lease := l.copies.take(name); lease != nil && lease.Annotations[kubekey.AnnotationTokenID] == tokenID {
+			if err := l.clearTokenOn(ctx, lease); !apierrors.IsConflict(err) {
+				return err
+			}
+		}
 		lease, err := l.leases().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -249,15 +263,23 @@ func (l *Leases) ClearToken(ctx context.Context, node, tokenID string) error {
 		if lease.Annotations[kubekey.AnnotationTokenID] != tokenID {
 			return nil
 		}
-		deleteTokenAnnotations(lease)
-		if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
-			if apierrors.IsConflict(err) {
-				return err
-			}
-			return fmt.Errorf("binding: update lease %s/%s: %w", l.ns, name, err)
-		}
-		return nil
+		return l.clearTokenOn(ctx, lease)
 	})
+}
+
+// clearTokenOn writes lease without its token annotations; a Conflict is
+// returned as is, for a fresh read.
+func (l *Leases) clearTokenOn(ctx context.Context, lease *coordinationv1.Lease) error {
+	deleteTokenAnnotations(lease)
+	out, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{})
+	if err != nil {
+		if apierrors.IsConflict(err) {
+			return err
+		}
+		return fmt.Errorf("binding: update lease %s/%s: %w", l.ns, lease.Name, err)
+	}
+	l.copies.put(out)
+	return nil
 }
 
 func deleteTokenAnnotations(lease *coordinationv1.Lease) {
@@ -274,10 +296,19 @@ func (l *Leases) updateBoundNode(ctx context.Context, node, identity string, mut
 }
 
 // updateBound is updateBoundNode for either kind; mutate reports whether
-// it changed anything (no write when it did not).
+// it changed anything (no write when it did not). The first try starts
+// from this replica's copy of the Lease when it has one (leaseCopies);
+// a copy that is stale, or on which anything but a write would be
+// decided, is set aside for a fresh read at once.
 func (l *Leases) updateBound(ctx context.Context, kind Kind, node, identity string, mutate func(*coordinationv1.Lease) bool) error {
 	name := ObjectName(kind, node)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if lease := l.copies.take(name); lease != nil {
+			err := l.writeBound(ctx, lease, kind, node, identity, mutate, true)
+			if !errors.Is(err, errStaleCopy) && !apierrors.IsConflict(err) {
+				return err
+			}
+		}
 		lease, err := l.leases().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%w: %s %s", ErrNotFound, kind, node)
@@ -285,27 +316,40 @@ func (l *Leases) updateBound(ctx context.Context, kind Kind, node, identity stri
 		if err != nil {
 			return fmt.Errorf("binding: get lease %s/%s: %w", l.ns, name, err)
 		}
-		r, err := record(lease)
-		if err != nil {
-			return err
-		}
-		if !r.Bound() {
-			return fmt.Errorf("%w: %s %s was released", ErrNotFound, kind, node)
-		}
-		if err := Check(r, identity); err != nil {
-			return err
-		}
-		if !mutate(lease) {
-			return nil
-		}
-		if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
-			if apierrors.IsConflict(err) {
-				return err
-			}
-			return fmt.Errorf("binding: update lease %s/%s: %w", l.ns, name, err)
-		}
-		return nil
+		return l.writeBound(ctx, lease, kind, node, identity, mutate, false)
 	})
+}
+
+// errStaleCopy says a copy would decide anything but a write.
+var errStaleCopy = errors.New("binding: copy decides no write")
+
+// writeBound checks that lease is bound to identity, applies mutate and
+// writes the Lease, conditioned on the version it holds. From a copy
+// (fromCopy), any outcome but that write is errStaleCopy.
+func (l *Leases) writeBound(ctx context.Context, lease *coordinationv1.Lease, kind Kind, node, identity string, mutate func(*coordinationv1.Lease) bool, fromCopy bool) error {
+	r, err := record(lease)
+	if err == nil && !r.Bound() {
+		err = fmt.Errorf("%w: %s %s was released", ErrNotFound, kind, node)
+	}
+	if err == nil {
+		err = Check(r, identity)
+	}
+	changed := err == nil && mutate(lease)
+	switch {
+	case fromCopy && !changed:
+		return errStaleCopy
+	case err != nil || !changed:
+		return err
+	}
+	out, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{})
+	if err != nil {
+		if apierrors.IsConflict(err) {
+			return err
+		}
+		return fmt.Errorf("binding: update lease %s/%s: %w", l.ns, lease.Name, err)
+	}
+	l.copies.put(out)
+	return nil
 }
 
 // Release implements Store. The update is conditioned on the Lease read
@@ -334,9 +378,11 @@ func (l *Leases) Release(ctx context.Context, kind Kind, name, by string) (Recor
 	lease.Annotations[kubekey.AnnotationReleasedAt] = time.Now().UTC().Format(time.RFC3339)
 	lease.Annotations[kubekey.AnnotationReleasedBy] = by
 	lease.Spec.HolderIdentity = nil
-	if _, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+	out, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{})
+	if err != nil {
 		return Record{}, fmt.Errorf("binding: release lease %s/%s (changed meanwhile? retry): %w", l.ns, obj, err)
 	}
+	l.copies.put(out)
 	l.log.Warn("binding released", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, r.Identity, logkey.By, by)
 	return r, nil
 }
