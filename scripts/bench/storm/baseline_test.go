@@ -44,6 +44,7 @@ type baseline struct {
 	wall            time.Duration
 	controlPlaneCPU map[string]time.Duration
 	generatorCPU    time.Duration
+	requests        map[string]float64
 }
 
 // runBaseline joins n nodes named storm-<run>-base-<i> with one kubeadm
@@ -77,6 +78,7 @@ func runBaseline(b *testing.B, env k8stest.Env, run string, n int) *baseline {
 	r := &baseline{nodes: n}
 	ctx, cancel := context.WithTimeout(context.Background(), *flagTimeout)
 	defer cancel()
+	req0 := apiRequests(b, admin)
 	cp0, self0 := env.CPU(b), benchtest.SelfCPU(b)
 	r.joins, r.failed, r.firstErr, r.wall = joinAtOnce(nodes, func(nd *node, start time.Time) (joined, error) {
 		j := joined{kind: "base", start: time.Since(start)}
@@ -86,6 +88,7 @@ func runBaseline(b *testing.B, env k8stest.Env, run string, n int) *baseline {
 		return j, err
 	})
 	cp1, self1 := env.CPU(b), benchtest.SelfCPU(b)
+	r.requests = requestsSince(req0, apiRequests(b, admin))
 	r.generatorCPU = self1 - self0
 	r.controlPlaneCPU = map[string]time.Duration{}
 	for k := range cp1 {
@@ -143,6 +146,7 @@ func printBaseline(w io.Writer, s *result, r *baseline) {
 		storm, r.rate(), storm/r.rate(), verdict(storm/r.rate() >= 0.8),
 		float64(lk.Microseconds())/1000, float64(base.Microseconds())/1000, float64((lk-base).Microseconds())/1000,
 		float64(s.verifierCPU.Microseconds())/1000/float64(max(len(s.joins), 1)))
+	printRequests(w, s.requests, len(s.joins), r.requests, len(r.joins))
 }
 
 func verdict(ok bool) string {

@@ -36,6 +36,9 @@ type result struct {
 	// recordsNamingTokens is how many of the storm's node records still
 	// name a token at the end.
 	recordsNamingTokens int
+	// requests is the API server's requests from the storm's start until
+	// its tokens were reaped, by verb and resource (apiRequests).
+	requests map[string]float64
 }
 
 type tokenSample struct {

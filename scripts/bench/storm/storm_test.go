@@ -143,6 +143,7 @@ func runStorm(b *testing.B, env k8stest.Env) *result {
 	admin := env.Admin(b)
 	v := startVerifier(b, dir, cfgPath, addr)
 	r.tokensBefore = liveTokens(b, admin)
+	req0 := apiRequests(b, admin)
 	cp0, v0, self0 := env.CPU(b), v.cpu(b), benchtest.SelfCPU(b)
 
 	ctx, cancel := context.WithTimeout(context.Background(), *flagTimeout)
@@ -172,6 +173,9 @@ func runStorm(b *testing.B, env k8stest.Env) *result {
 		}
 	}
 	r.tokensLeft = r.tokenCurve[len(r.tokenCurve)-1].alive
+	// The requests of the storm and its tokens' reaping (the reaper's last
+	// records may be cleared a moment later).
+	r.requests = requestsSince(req0, apiRequests(b, admin))
 	// The reaper clears a record after deleting its token: wait for that
 	// too (a moment after the last deletion).
 	for t0 := time.Now(); ; time.Sleep(200 * time.Millisecond) {
