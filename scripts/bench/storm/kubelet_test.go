@@ -21,6 +21,7 @@ import (
 
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -35,8 +36,9 @@ import (
 // API server and CA from the ticket (file discovery), the client CSR for
 // system:node:<node> in O=system:nodes made with the bootstrap token,
 // the wait for its certificate, then the Node's creation and status with
-// that certificate. issued is called when the certificate arrives.
-func kubeletBootstrap(ctx context.Context, tk *latchkeyv1.Ticket, node string, issued func()) (time.Time, error) {
+// that certificate. issued is called when the certificate arrives, waited
+// for each time the API server did not know the token yet.
+func kubeletBootstrap(ctx context.Context, tk *latchkeyv1.Ticket, node string, issued, waited func()) (time.Time, error) {
 	eps, ca := tk.GetApiServerEndpoints(), tk.GetCaBundle()
 	if len(eps) == 0 || len(ca) == 0 || tk.GetToken() == "" {
 		return time.Time{}, errors.New("ticket carries no endpoint, CA bundle or token")
@@ -57,8 +59,21 @@ func kubeletBootstrap(ctx context.Context, tk *latchkeyv1.Ticket, node string, i
 		return time.Time{}, err
 	}
 	usages := []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth}
-	name, uid, err := csr.RequestCertificateWithContext(ctx, boot, csrPEM, csrName(key, node),
-		certv1.KubeAPIServerClientKubeletSignerName, nil, usages, key)
+	var name string
+	var uid types.UID
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		name, uid, err = csr.RequestCertificateWithContext(ctx, boot, csrPEM, csrName(key, node),
+			certv1.KubeAPIServerClientKubeletSignerName, nil, usages, key)
+		if err == nil || !tokenNotKnownYet(ctx, boot) {
+			break
+		}
+		waited()
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("request client certificate: %w", err)
+		case <-time.After(backoff):
+		}
+	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("request client certificate: %w", err)
 	}
@@ -91,6 +106,16 @@ func kubeletBootstrap(ctx context.Context, tk *latchkeyv1.Ticket, node string, i
 		return at, fmt.Errorf("node status: %w", err)
 	}
 	return at, nil
+}
+
+// tokenNotKnownYet reports whether the API server refuses boot's token
+// as unknown. A token Secret reaches the API server's authenticator
+// through its informer, a moment after the write returned; the kubelet
+// waits for the server with its bootstrap credentials (kubelet's
+// waitForServer) and kubeadm retries, so the simulated kubelet does too.
+func tokenNotKnownYet(ctx context.Context, boot kubernetes.Interface) bool {
+	_, err := boot.Discovery().RESTClient().Get().AbsPath("/version").DoRaw(ctx)
+	return apierrors.IsUnauthorized(err)
 }
 
 // csrName is the kubelet's kind of name: node-csr- and a digest of the

@@ -78,7 +78,8 @@ func (r *result) print(w io.Writer) {
 	for _, j := range r.joins {
 		lastTicket = max(lastTicket, j.ticket)
 	}
-	fmt.Fprintf(w, "tickets: all %d in %s (%.1f/s)\n", len(r.joins), lastTicket.Round(time.Millisecond), float64(len(r.joins))/lastTicket.Seconds())
+	fmt.Fprintf(w, "tickets: all %d in %s (%.1f/s); kubelets that waited for the API server to know their token: %d\n",
+		len(r.joins), lastTicket.Round(time.Millisecond), float64(len(r.joins))/lastTicket.Seconds(), waitedJoins(r.joins))
 	for _, kind := range []string{"", "snp", "tpm"} {
 		t, k, a := r.latencies(kind)
 		if len(t) == 0 {
@@ -139,4 +140,16 @@ func (r *result) report(b *testing.B) {
 	b.ReportMetric(float64(r.tokensAtEnd), "tokens-at-last-join")
 	b.ReportMetric(float64(r.tokensLeft), "tokens-left")
 	b.ReportMetric(r.tokensZero.Seconds(), "s-to-zero-tokens")
+}
+
+// waitedJoins is how many joins' kubelets had to wait for the API server
+// to know their token at least once.
+func waitedJoins(js []joined) int {
+	n := 0
+	for _, j := range js {
+		if j.waits > 0 {
+			n++
+		}
+	}
+	return n
 }

@@ -95,6 +95,9 @@ type node struct {
 type joined struct {
 	kind                      string
 	start, ticket, cert, done time.Duration
+	// waits is how often its kubelet waited for the API server to know
+	// its token (kubeletBootstrap).
+	waits int
 }
 
 func runStorm(b *testing.B, env k8stest.Env) *result {
@@ -233,7 +236,7 @@ func wholeJoin(ctx context.Context, n *node, start time.Time) (joined, error) {
 	}
 	clear(tk.DiskKey)
 	j.ticket = time.Since(start)
-	issued, err := kubeletBootstrap(ctx, tk, n.name, func() { j.cert = time.Since(start) })
+	issued, err := kubeletBootstrap(ctx, tk, n.name, func() { j.cert = time.Since(start) }, func() { j.waits++ })
 	if err != nil {
 		return j, err
 	}
