@@ -307,28 +307,32 @@ func foreignSANs(r *x509.CertificateRequest, n *corev1.Node) string {
 	return ""
 }
 
-// write records the verdict as a CSR condition and an event.
+// write records the verdict as a CSR condition, and a denial also as a
+// Warning event. An approval posts no event: its condition already says
+// why (the kube-controller-manager's approver posts none either), and an
+// event would be one more API write, and etcd write, per join.
 func (a *Approver) write(ctx context.Context, csr *certv1.CertificateSigningRequest, v Verdict, why string) error {
 	c := csr.DeepCopy()
 	cond := certv1.CertificateSigningRequestCondition{
 		Type: certv1.CertificateApproved, Status: corev1.ConditionTrue,
 		Reason: ReasonApproved, Message: "latchkey: " + why, LastUpdateTime: metav1.Now(),
 	}
-	evType := corev1.EventTypeNormal
 	if v == Deny {
-		cond.Type, cond.Reason, evType = certv1.CertificateDenied, ReasonDenied, corev1.EventTypeWarning
+		cond.Type, cond.Reason = certv1.CertificateDenied, ReasonDenied
 	}
 	c.Status.Conditions = append(c.Status.Conditions, cond)
 	if _, err := a.cfg.Client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, c.Name, c, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
-	a.event(ctx, csr, evType, cond.Reason, cond.Message)
+	if v == Deny {
+		a.warn(ctx, csr, cond.Reason, cond.Message)
+	}
 	return nil
 }
 
-// event records an event on the (cluster-scoped) CSR in the default
-// namespace; failing to record it is logged only.
-func (a *Approver) event(ctx context.Context, csr *certv1.CertificateSigningRequest, typ, reason, msg string) {
+// warn records a Warning event on the (cluster-scoped) CSR in the
+// default namespace; failing to record it is logged only.
+func (a *Approver) warn(ctx context.Context, csr *certv1.CertificateSigningRequest, reason, msg string) {
 	now := metav1.Now()
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", csr.Name, now.UnixNano()), Namespace: metav1.NamespaceDefault},
@@ -336,7 +340,7 @@ func (a *Approver) event(ctx context.Context, csr *certv1.CertificateSigningRequ
 			Kind: "CertificateSigningRequest", APIVersion: certv1.SchemeGroupVersion.String(),
 			Name: csr.Name, UID: csr.UID,
 		},
-		Type: typ, Reason: reason, Message: msg,
+		Type: corev1.EventTypeWarning, Reason: reason, Message: msg,
 		Source:         corev1.EventSource{Component: "latchkey-verifier"},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
