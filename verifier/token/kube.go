@@ -91,6 +91,11 @@ type Kube struct {
 	infoMu sync.Mutex
 	info   *corev1.ConfigMap
 	infoAt time.Time
+
+	// workers are the worker tokens this process minted and has not
+	// revoked: such a token never owns kubeadm-certs, so revoking it skips
+	// that Secret's read.
+	workers mintedSet
 }
 
 var _ Minter = (*Kube)(nil)
@@ -168,6 +173,9 @@ func (k *Kube) Mint(ctx context.Context, req Request) (*Grant, error) {
 		return nil, err
 	}
 	g.Expiry = expiry
+	if !cp {
+		k.workers.add(id)
+	}
 	k.log.Info("token minted", logkey.TokenID, id, logkey.Node, req.NodeName, logkey.Role, roleLabel(req.Role),
 		logkey.EvidenceDigest, req.EvidenceDigest, logkey.Expiry, expiry.UTC().Format(time.RFC3339))
 	return g, nil
@@ -303,9 +311,48 @@ func (k *Kube) RevokePresent(ctx context.Context, id string) (bool, error) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return false, fmt.Errorf("delete token secret: %w", err)
 	}
-	if err := deleteOwnedCerts(ctx, k.cfg.Client, name); err != nil {
-		return false, fmt.Errorf("delete certificates of token %s: %w", id, err)
+	// Only a control-plane token owns kubeadm-certs; one this process
+	// minted as a worker's cannot.
+	if !k.workers.remove(id) {
+		if err := deleteOwnedCerts(ctx, k.cfg.Client, name); err != nil {
+			return false, fmt.Errorf("delete certificates of token %s: %w", id, err)
+		}
 	}
 	k.log.Info("token revoked", logkey.TokenID, id, logkey.Present, err == nil)
 	return err == nil, nil
+}
+
+// maxMintedWorkers bounds the worker tokens a minter remembers; past it,
+// an arbitrary one is forgotten, and revoking that one reads
+// kubeadm-certs as any token minted elsewhere does.
+const maxMintedWorkers = 16384
+
+// mintedSet is a bounded set of token IDs.
+type mintedSet struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+func (m *mintedSet) add(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ids == nil {
+		m.ids = map[string]struct{}{}
+	}
+	if len(m.ids) >= maxMintedWorkers {
+		for k := range m.ids {
+			delete(m.ids, k)
+			break
+		}
+	}
+	m.ids[id] = struct{}{}
+}
+
+// remove reports whether id was in the set, and takes it out.
+func (m *mintedSet) remove(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.ids[id]
+	delete(m.ids, id)
+	return ok
 }

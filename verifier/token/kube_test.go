@@ -469,3 +469,52 @@ func TestRevokePresentTellsWhetherTheTokenWasThere(t *testing.T) {
 		t.Fatalf("bad id: err = %v", err)
 	}
 }
+
+// Revoking a worker token this minter made reads no kubeadm-certs (a
+// worker token never owns it). A token it did not make, here a
+// control-plane token another replica minted, still has its certificates
+// deleted with it.
+func TestRevokeReadsCertsOnlyForTokensItMayOwn(t *testing.T) {
+	fc := newFakeCluster(t, "https://cp.example:6443", 1, signOnCreate)
+	ctx := context.Background()
+	k := newTestKube(t, fc, nil)
+	g, err := k.Mint(ctx, workerReq("n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	certReads := func() int {
+		n := 0
+		for _, a := range fc.client.Actions() {
+			if g, ok := a.(k8stesting.GetAction); ok && a.GetVerb() == "get" && a.GetResource().Resource == "secrets" && g.GetName() == "kubeadm-certs" {
+				n++
+			}
+		}
+		return n
+	}
+	before := certReads()
+	if err := k.Revoke(ctx, g.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := certReads() - before; n != 0 {
+		t.Fatalf("revoking its own worker token read kubeadm-certs %d times", n)
+	}
+
+	replica := newTestKube(t, fc, func(c *KubeConfig) {
+		c.CertificatesDir = writePKI(t)
+		c.Rand = &countingReader{n: 100}
+	})
+	cp, err := replica.Mint(ctx, Request{NodeName: "cp-2", Role: latchkeyv1.Role_ROLE_CONTROL_PLANE, EvidenceDigest: testDigest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before = certReads()
+	if err := k.Revoke(ctx, cp.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := certReads() - before; n != 1 {
+		t.Fatalf("revoking another replica's token read kubeadm-certs %d times, want 1", n)
+	}
+	if left := fc.secrets(t); len(left) != 0 {
+		t.Fatalf("left %v: the control-plane token's certificates must go with it", left)
+	}
+}
