@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/latchkey/latchkey/internal/logkey"
@@ -28,13 +29,22 @@ const KubeconfigCredential = "latchkey-kubeconfig"
 
 // newKubeMinter builds the client-go token step from the Kubernetes section.
 func newKubeMinter(k *Kubernetes, log *slog.Logger) (kubernetes.Interface, token.Minter, error) {
-	client, err := kubeClient(k)
+	rc, err := restConfig(k)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	// A ticket goes out once the API server authenticates its token.
+	usable, err := token.NewAuthenticates(rc)
 	if err != nil {
 		return nil, nil, err
 	}
 	m, err := token.NewKube(token.KubeConfig{Client: client, Logger: log, TTL: k.TokenTTL.Duration,
 		SignatureWait: k.JWSWait.Duration, Endpoints: k.APIServerEndpoints, CACertHashes: k.CACertHashes,
-		CertificatesDir: k.CertificatesDir, TokenDiscovery: k.Discovery == "token"})
+		CertificatesDir: k.CertificatesDir, TokenDiscovery: k.Discovery == "token", Authenticates: usable})
 	return client, m, err
 }
 
@@ -112,8 +122,22 @@ func (n NodeTokens) NodeTokenID(ctx context.Context, node string) (string, error
 	return r.TokenID, err
 }
 
-// kubeClient reads k's kubeconfig, or the systemd credential.
+// kubeClient is the client of k's kubeconfig, or of the systemd
+// credential.
 func kubeClient(k *Kubernetes) (kubernetes.Interface, error) {
+	rc, err := restConfig(k)
+	if err != nil {
+		return nil, err
+	}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	return c, nil
+}
+
+// restConfig reads k's kubeconfig, or the systemd credential.
+func restConfig(k *Kubernetes) (*rest.Config, error) {
 	path := k.Kubeconfig
 	if path == "" {
 		dir := os.Getenv("CREDENTIALS_DIRECTORY")
@@ -136,11 +160,7 @@ func kubeClient(k *Kubernetes) (kubernetes.Interface, error) {
 	if k.APIBurst > 0 {
 		rc.Burst = k.APIBurst
 	}
-	c, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes: %w", err)
-	}
-	return c, nil
+	return rc, nil
 }
 
 // controllerResync is how often the approver and the reaper re-examine

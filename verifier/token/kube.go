@@ -79,6 +79,13 @@ type KubeConfig struct {
 	// /etc/kubernetes/pki), whose shared certificates a control-plane
 	// token's ticket may fetch. Empty refuses control-plane tokens.
 	CertificatesDir string
+	// Authenticates, when set, reports whether the API server already
+	// authenticates a token ("id.secret"; NewAuthenticates asks it): Mint
+	// then returns a ticket only once it does, or after UsableWait. Nil
+	// waits for nothing.
+	Authenticates func(ctx context.Context, token string) (bool, error)
+	// UsableWait bounds that wait; DefaultUsableWait when zero.
+	UsableWait time.Duration
 }
 
 // Kube mints kubeadm bootstrap tokens on a Kubernetes cluster.
@@ -105,8 +112,11 @@ func NewKube(cfg KubeConfig) (*Kube, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("token: no Kubernetes client")
 	}
-	if cfg.TTL < 0 || cfg.SignatureWait < 0 {
-		return nil, errors.New("token: negative TTL or signature wait")
+	if cfg.TTL < 0 || cfg.SignatureWait < 0 || cfg.UsableWait < 0 {
+		return nil, errors.New("token: negative TTL, signature wait or usable wait")
+	}
+	if cfg.UsableWait == 0 {
+		cfg.UsableWait = DefaultUsableWait
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -173,6 +183,7 @@ func (k *Kube) Mint(ctx context.Context, req Request) (*Grant, error) {
 		return nil, err
 	}
 	g.Expiry = expiry
+	k.waitUsable(ctx, g)
 	if !cp {
 		k.workers.add(id)
 	}
