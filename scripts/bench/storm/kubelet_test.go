@@ -61,13 +61,20 @@ func kubeletBootstrap(ctx context.Context, tk *latchkeyv1.Ticket, node string, i
 	usages := []certv1.KeyUsage{certv1.UsageDigitalSignature, certv1.UsageClientAuth}
 	var name string
 	var uid types.UID
-	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+	deadline := time.Now().Add(time.Minute)
+	for try, backoff := 0, 50*time.Millisecond; ; try, backoff = try+1, min(2*backoff, time.Second) {
 		name, uid, err = csr.RequestCertificateWithContext(ctx, boot, csrPEM, csrName(key, node),
 			certv1.KubeAPIServerClientKubeletSignerName, nil, usages, key)
-		if err == nil || !tokenNotKnownYet(ctx, boot) {
+		if err == nil || time.Now().After(deadline) {
 			break
 		}
-		waited()
+		// Not known yet: wait. Known by now: the refusal may still have
+		// been that moment's, so one more try; after that it is real.
+		if tokenNotKnownYet(ctx, boot) {
+			waited()
+		} else if try > 0 {
+			break
+		}
 		select {
 		case <-ctx.Done():
 			return time.Time{}, fmt.Errorf("request client certificate: %w", err)
