@@ -75,6 +75,18 @@ func TestUpdatesOfOwnWritesSkipTheRead(t *testing.T) {
 	}
 }
 
+// claimedOnA is two replicas on one API server, A having claimed node-1
+// for idA (so A holds a copy of that record).
+func claimedOnA(t *testing.T) (c *fake.Clientset, a, b *binding.Leases) {
+	t.Helper()
+	c = optimisticClientset()
+	a, b = newReplica(t, c), newReplica(t, c)
+	if _, err := a.Claim(context.Background(), binding.Node, "node-1", idA); err != nil {
+		t.Fatal(err)
+	}
+	return c, a, b
+}
+
 // Another replica's writes make a copy stale. The refused write is
 // followed by a fresh read, and the update decides on what it reads, both
 // ways: a copy can neither let a write land on a record that changed nor
@@ -83,11 +95,7 @@ func TestStaleCopiesDecideNothing(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("rebound to another machine meanwhile", func(t *testing.T) {
-		c := optimisticClientset()
-		a, b := newReplica(t, c), newReplica(t, c)
-		if _, err := a.Claim(ctx, binding.Node, "node-1", idA); err != nil {
-			t.Fatal(err)
-		}
+		c, a, b := claimedOnA(t)
 		// A's copy says idA; B releases the name and idB claims it.
 		if _, err := b.Release(ctx, binding.Node, "node-1", "operator"); err != nil {
 			t.Fatal(err)
@@ -111,11 +119,7 @@ func TestStaleCopiesDecideNothing(t *testing.T) {
 	})
 
 	t.Run("released in the copy, bound again to this machine", func(t *testing.T) {
-		c := optimisticClientset()
-		a, b := newReplica(t, c), newReplica(t, c)
-		if _, err := a.Claim(ctx, binding.Node, "node-1", idA); err != nil {
-			t.Fatal(err)
-		}
+		c, a, b := claimedOnA(t)
 		if _, err := a.Release(ctx, binding.Node, "node-1", "operator"); err != nil {
 			t.Fatal(err)
 		}
@@ -155,11 +159,7 @@ func TestStaleCopiesDecideNothing(t *testing.T) {
 	})
 
 	t.Run("the reaper's clearing after another token", func(t *testing.T) {
-		c := optimisticClientset()
-		a, b := newReplica(t, c), newReplica(t, c)
-		if _, err := a.Claim(ctx, binding.Node, "node-1", idA); err != nil {
-			t.Fatal(err)
-		}
+		_, a, b := claimedOnA(t)
 		if err := a.SetToken(ctx, "node-1", idA, "abcdef"); err != nil {
 			t.Fatal(err)
 		}

@@ -271,6 +271,12 @@ func (l *Leases) ClearToken(ctx context.Context, node, tokenID string) error {
 // returned as is, for a fresh read.
 func (l *Leases) clearTokenOn(ctx context.Context, lease *coordinationv1.Lease) error {
 	deleteTokenAnnotations(lease)
+	return l.writeLease(ctx, lease)
+}
+
+// writeLease updates lease, conditioned on the version it holds, and
+// keeps the written copy; a Conflict is returned as is.
+func (l *Leases) writeLease(ctx context.Context, lease *coordinationv1.Lease) error {
 	out, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{})
 	if err != nil {
 		if apierrors.IsConflict(err) {
@@ -341,15 +347,7 @@ func (l *Leases) writeBound(ctx context.Context, lease *coordinationv1.Lease, ki
 	case err != nil || !changed:
 		return err
 	}
-	out, err := l.leases().Update(ctx, lease, metav1.UpdateOptions{})
-	if err != nil {
-		if apierrors.IsConflict(err) {
-			return err
-		}
-		return fmt.Errorf("binding: update lease %s/%s: %w", l.ns, lease.Name, err)
-	}
-	l.copies.put(out)
-	return nil
+	return l.writeLease(ctx, lease)
 }
 
 // Release implements Store. The update is conditioned on the Lease read
