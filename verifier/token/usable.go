@@ -22,7 +22,8 @@ const maxVersionBody = 64 << 10
 
 // NewAuthenticates returns a KubeConfig.Authenticates that asks the API
 // server of rc for /version with the token as its only credential: 200
-// says the server authenticates it, 401 that it does not yet. The
+// (or 403, where /version is not open to every user) says the server
+// authenticates it, 401 that it does not yet. The
 // server's address and trust come from rc, its credentials do not; one
 // HTTP client (and its connections) serves every check.
 func NewAuthenticates(rc *rest.Config) (func(ctx context.Context, token string) (bool, error), error) {
@@ -48,7 +49,7 @@ func NewAuthenticates(rc *rest.Config) (func(ctx context.Context, token string) 
 		defer resp.Body.Close()
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxVersionBody))
 		switch resp.StatusCode {
-		case http.StatusOK:
+		case http.StatusOK, http.StatusForbidden: // authorization comes after authentication
 			return true, nil
 		case http.StatusUnauthorized:
 			return false, nil

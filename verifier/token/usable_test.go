@@ -62,7 +62,8 @@ func TestMintGivesUpWaitingWithAWarning(t *testing.T) {
 }
 
 // NewAuthenticates sends the token, and only the token, to /version:
-// 200 is yes, 401 not yet, anything else an error.
+// 200 is yes, and so is 403 (the token authenticated, the user may not
+// read /version), 401 not yet, anything else an error.
 func TestNewAuthenticates(t *testing.T) {
 	status := http.StatusUnauthorized
 	var auth, path string
@@ -85,6 +86,10 @@ func TestNewAuthenticates(t *testing.T) {
 	status = http.StatusOK
 	if ok, err := check(ctx, "abcdef.0123456789abcdef"); !ok || err != nil {
 		t.Fatalf("200: %v, %v", ok, err)
+	}
+	status = http.StatusForbidden
+	if ok, err := check(ctx, "abcdef.0123456789abcdef"); !ok || err != nil {
+		t.Fatalf("403: %v, %v", ok, err)
 	}
 	status = http.StatusInternalServerError
 	if ok, err := check(ctx, "abcdef.0123456789abcdef"); ok || err == nil || !strings.Contains(err.Error(), "500") {
