@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/latchkey/latchkey/internal/boundedmap"
 	"github.com/latchkey/latchkey/internal/kubekey"
 	"github.com/latchkey/latchkey/internal/logkey"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -67,10 +68,19 @@ type Leases struct {
 	ttl    time.Duration
 	// replaced is LeaseConfig.OnTokenReplaced.
 	replaced func(ctx context.Context, node, previousID string)
-	// copies spares an update of a record this replica just wrote its
-	// read.
-	copies leaseCopies
+	// copies is each Lease as this replica last wrote it, by name: the
+	// next optimistic update of a record it just wrote (a join's token
+	// after its claim, the reaper's clearing, the next re-attestation
+	// round) starts from it and skips its read. A stale copy costs one
+	// refused write (the resourceVersion precondition), then a fresh read;
+	// a copy only ever lets a write through, and every decision not to
+	// write is taken again on a fresh read.
+	copies *boundedmap.Map[string, *coordinationv1.Lease]
 }
+
+// maxLeaseCopies bounds the Leases a store remembers (about 2 KB each);
+// a forgotten one costs that record's next update a read.
+const maxLeaseCopies = 8192
 
 var _ Store = (*Leases)(nil)
 
@@ -92,7 +102,8 @@ func NewLeases(cfg LeaseConfig) (*Leases, error) {
 		return nil, errors.New("binding: negative token TTL")
 	}
 	return &Leases{client: cfg.Client, ns: cfg.Namespace, log: cfg.Logger.With(logkey.Component, "binding"),
-		ttl: cfg.TokenTTL, replaced: cfg.OnTokenReplaced}, nil
+		ttl: cfg.TokenTTL, replaced: cfg.OnTokenReplaced,
+		copies: boundedmap.New[string, *coordinationv1.Lease](maxLeaseCopies)}, nil
 }
 
 // Claim implements Store.
@@ -136,7 +147,7 @@ func (l *Leases) claim(ctx context.Context, kind Kind, name, identity string, ge
 	l.log.Info("binding claimed", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, identity)
 	r, err := record(created)
 	if err == nil {
-		l.copies.put(created.DeepCopy())
+		l.keep(created) // after the last read of it here: an update may take it at once
 	}
 	return r, err == nil, err
 }
@@ -180,9 +191,6 @@ func (l *Leases) takeOver(ctx context.Context, kind Kind, name, identity string,
 		out, err = l.leases().Update(ctx, lease, metav1.UpdateOptions{})
 		if err != nil && !apierrors.IsConflict(err) {
 			return fmt.Errorf("binding: update lease %s/%s: %w", l.ns, obj, err)
-		}
-		if err == nil {
-			l.copies.put(out.DeepCopy())
 		}
 		return err
 	})
@@ -248,7 +256,7 @@ func (l *Leases) ClearToken(ctx context.Context, node, tokenID string) error {
 	}
 	name := ObjectName(Node, node)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if lease := l.copies.take(name); lease != nil && lease.Annotations[kubekey.AnnotationTokenID] == tokenID {
+		if lease, ok := l.copies.Take(name); ok && lease.Annotations[kubekey.AnnotationTokenID] == tokenID {
 			if err := l.clearTokenOn(ctx, lease); !apierrors.IsConflict(err) {
 				return err
 			}
@@ -274,6 +282,14 @@ func (l *Leases) clearTokenOn(ctx context.Context, lease *coordinationv1.Lease) 
 	return l.writeLease(ctx, lease)
 }
 
+// keep remembers lease, the API server's answer to this replica's write,
+// which the caller no longer changes.
+func (l *Leases) keep(lease *coordinationv1.Lease) {
+	if lease != nil && lease.ResourceVersion != "" {
+		l.copies.Put(lease.Name, lease)
+	}
+}
+
 // writeLease updates lease, conditioned on the version it holds, and
 // keeps the written copy; a Conflict is returned as is.
 func (l *Leases) writeLease(ctx context.Context, lease *coordinationv1.Lease) error {
@@ -284,7 +300,7 @@ func (l *Leases) writeLease(ctx context.Context, lease *coordinationv1.Lease) er
 		}
 		return fmt.Errorf("binding: update lease %s/%s: %w", l.ns, lease.Name, err)
 	}
-	l.copies.put(out)
+	l.keep(out)
 	return nil
 }
 
@@ -303,13 +319,13 @@ func (l *Leases) updateBoundNode(ctx context.Context, node, identity string, mut
 
 // updateBound is updateBoundNode for either kind; mutate reports whether
 // it changed anything (no write when it did not). The first try starts
-// from this replica's copy of the Lease when it has one (leaseCopies);
+// from this replica's copy of the Lease when it has one (Leases.copies);
 // a copy that is stale, or on which anything but a write would be
 // decided, is set aside for a fresh read at once.
 func (l *Leases) updateBound(ctx context.Context, kind Kind, node, identity string, mutate func(*coordinationv1.Lease) bool) error {
 	name := ObjectName(kind, node)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if lease := l.copies.take(name); lease != nil {
+		if lease, ok := l.copies.Take(name); ok {
 			err := l.writeBound(ctx, lease, kind, node, identity, mutate, true)
 			if !errors.Is(err, errStaleCopy) && !apierrors.IsConflict(err) {
 				return err
@@ -380,7 +396,7 @@ func (l *Leases) Release(ctx context.Context, kind Kind, name, by string) (Recor
 	if err != nil {
 		return Record{}, fmt.Errorf("binding: release lease %s/%s (changed meanwhile? retry): %w", l.ns, obj, err)
 	}
-	l.copies.put(out)
+	l.keep(out)
 	l.log.Warn("binding released", logkey.Kind, string(kind), logkey.Name, name, logkey.Identity, r.Identity, logkey.By, by)
 	return r, nil
 }

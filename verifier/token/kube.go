@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
+	"github.com/latchkey/latchkey/internal/boundedmap"
 	"github.com/latchkey/latchkey/internal/logkey"
 	latchkeyv1 "github.com/latchkey/latchkey/proto/latchkey/v1"
 )
@@ -102,7 +103,7 @@ type Kube struct {
 	// workers are the worker tokens this process minted and has not
 	// revoked: such a token never owns kubeadm-certs, so revoking it skips
 	// that Secret's read.
-	workers mintedSet
+	workers *boundedmap.Map[string, struct{}]
 }
 
 var _ Minter = (*Kube)(nil)
@@ -134,7 +135,8 @@ func NewKube(cfg KubeConfig) (*Kube, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Kube{cfg: cfg, log: log.With(logkey.Component, "token")}, nil
+	return &Kube{cfg: cfg, log: log.With(logkey.Component, "token"),
+		workers: boundedmap.New[string, struct{}](maxMintedWorkers)}, nil
 }
 
 // bundlePinsFromConfig checks configured pins have kubeadm's format.
@@ -185,7 +187,7 @@ func (k *Kube) Mint(ctx context.Context, req Request) (*Grant, error) {
 	g.Expiry = expiry
 	k.waitUsable(ctx, g)
 	if !cp {
-		k.workers.add(id)
+		k.workers.Put(id, struct{}{})
 	}
 	k.log.Info("token minted", logkey.TokenID, id, logkey.Node, req.NodeName, logkey.Role, roleLabel(req.Role),
 		logkey.EvidenceDigest, req.EvidenceDigest, logkey.Expiry, expiry.UTC().Format(time.RFC3339))
@@ -324,7 +326,7 @@ func (k *Kube) RevokePresent(ctx context.Context, id string) (bool, error) {
 	}
 	// Only a control-plane token owns kubeadm-certs; one this process
 	// minted as a worker's cannot.
-	if !k.workers.remove(id) {
+	if _, mine := k.workers.Take(id); !mine {
 		if err := deleteOwnedCerts(ctx, k.cfg.Client, name); err != nil {
 			return false, fmt.Errorf("delete certificates of token %s: %w", id, err)
 		}
@@ -337,33 +339,3 @@ func (k *Kube) RevokePresent(ctx context.Context, id string) (bool, error) {
 // an arbitrary one is forgotten, and revoking that one reads
 // kubeadm-certs as any token minted elsewhere does.
 const maxMintedWorkers = 16384
-
-// mintedSet is a bounded set of token IDs.
-type mintedSet struct {
-	mu  sync.Mutex
-	ids map[string]struct{}
-}
-
-func (m *mintedSet) add(id string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.ids == nil {
-		m.ids = map[string]struct{}{}
-	}
-	if len(m.ids) >= maxMintedWorkers {
-		for k := range m.ids {
-			delete(m.ids, k)
-			break
-		}
-	}
-	m.ids[id] = struct{}{}
-}
-
-// remove reports whether id was in the set, and takes it out.
-func (m *mintedSet) remove(id string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, ok := m.ids[id]
-	delete(m.ids, id)
-	return ok
-}
