@@ -33,9 +33,9 @@ func newKubeMinter(k *Kubernetes, log *slog.Logger) (kubernetes.Interface, token
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := kubernetes.NewForConfig(rc)
+	client, err := clientFor(rc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes: %w", err)
+		return nil, nil, err
 	}
 	// A ticket goes out once the API server authenticates its token.
 	usable, err := token.NewAuthenticates(rc)
@@ -129,6 +129,11 @@ func kubeClient(k *Kubernetes) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, err
 	}
+	return clientFor(rc)
+}
+
+// clientFor is the clientset of rc.
+func clientFor(rc *rest.Config) (kubernetes.Interface, error) {
 	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)

@@ -127,12 +127,10 @@ func componentLog(log *slog.Logger, component string) *slog.Logger {
 
 // Run watches CSRs until ctx ends.
 func (a *Approver) Run(ctx context.Context) error {
-	f, own := informerFactory(a.cfg.Informers, a.cfg.Client, a.cfg.Resync)
+	f, done := informerFactory(a.cfg.Informers, a.cfg.Client, a.cfg.Resync)
 	inf := f.Certificates().V1().CertificateSigningRequests().Informer()
 	f.Start(ctx.Done())
-	if own {
-		defer f.Shutdown()
-	}
+	defer done()
 	go logSynced(ctx, a.log, inf.HasSynced)
 	err := runQueued(ctx, inf, a.cfg.Workers, func(ctx context.Context, obj any) {
 		if csr, ok := obj.(*certv1.CertificateSigningRequest); ok {

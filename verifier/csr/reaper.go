@@ -102,7 +102,7 @@ func NewReaper(cfg ReaperConfig) (*Reaper, error) {
 
 // Run watches CSRs and Nodes until ctx ends.
 func (r *Reaper) Run(ctx context.Context) error {
-	f, own := informerFactory(r.cfg.Informers, r.cfg.Client, r.cfg.Resync)
+	f, done := informerFactory(r.cfg.Informers, r.cfg.Client, r.cfg.Resync)
 	csrs := f.Certificates().V1().CertificateSigningRequests().Informer()
 	nodes := f.Core().V1().Nodes().Informer()
 	onCSR := func(obj any) {
@@ -114,9 +114,7 @@ func (r *Reaper) Run(ctx context.Context) error {
 		return err
 	}
 	f.Start(ctx.Done())
-	if own {
-		defer f.Shutdown()
-	}
+	defer done()
 	go logSynced(ctx, r.log, csrs.HasSynced, nodes.HasSynced)
 	// CSRs are only noted (in memory, in the callback); a Node may cost a
 	// token deletion, so Nodes go to workers.

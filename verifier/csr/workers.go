@@ -30,13 +30,14 @@ func workers(n int) int {
 // informerFactory is shared when the controller was given one, so the
 // approver and the reaper of one verifier hold one CSR watch between them
 // (each watch event is sent, decoded and cached once, not twice). Without
-// one, the controller makes its own, which it owns: shut it down when done
-// (own is true).
-func informerFactory(shared informers.SharedInformerFactory, c kubernetes.Interface, resync time.Duration) (f informers.SharedInformerFactory, own bool) {
+// one, the controller makes its own; done shuts down a factory the
+// controller made, and leaves a shared one to its owner.
+func informerFactory(shared informers.SharedInformerFactory, c kubernetes.Interface, resync time.Duration) (f informers.SharedInformerFactory, done func()) {
 	if shared != nil {
-		return shared, false
+		return shared, func() {}
 	}
-	return informers.NewSharedInformerFactory(c, resync), true
+	f = informers.NewSharedInformerFactory(c, resync)
+	return f, f.Shutdown
 }
 
 // runQueued feeds the keys of inf's added and updated objects to n
